@@ -1,0 +1,45 @@
+#pragma once
+// Shared top of every Tessera app: start the Session, parse flags, run, and turn any error
+// into one clear message and a non-zero exit on every rank (aborting the job when ranks
+// may disagree, so none is left hanging).
+
+#include <CLI/CLI.hpp>
+#include <mpi.h>
+
+#include <cstdio>
+#include <exception>
+#include <functional>
+
+#include <tessera/core/error.hpp>
+#include <tessera/core/session.hpp>
+
+namespace tessera::apps {
+
+/// Runs body(session) inside a Session after app.parse(). Flag errors are the same on every
+/// rank, so every rank exits with CLI11's code and rank 0 prints the message. Errors during
+/// the run may hit one rank only: that rank prints and aborts the whole job.
+inline int run_app(int argc, char** argv, CLI::App& app, const std::function<int(Session&)>& body) {
+  const char* name = argv[0];
+  try {
+    Session session(argc, argv);
+    try {
+      app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+      if (session.rank() == 0) return app.exit(e);
+      return e.get_exit_code();
+    }
+    try {
+      return body(session);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "%s: error: %s\n", name, e.what());
+      std::fflush(stderr);
+      if (session.size() > 1) MPI_Abort(MPI_COMM_WORLD, 1);
+      return 1;
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: error: %s\n", name, e.what());
+    return 1;
+  }
+}
+
+}  // namespace tessera::apps

@@ -1,0 +1,33 @@
+#pragma once
+/// \file
+/// Memory spaces and Kokkos view aliases used across Tessera.
+
+#include <Kokkos_Core.hpp>
+
+namespace tessera {
+
+/// Where a buffer lives; it picks the communication path (host memory or device memory).
+enum class MemoryKind { Host, Device };
+
+/// Memory of the default execution space (device memory in a CUDA build, host otherwise).
+using DeviceMemorySpace = Kokkos::DefaultExecutionSpace::memory_space;
+using HostMemorySpace = Kokkos::HostSpace;
+
+/// A 1-D array in the default execution space's memory.
+template <class T>
+using View1D = Kokkos::View<T*, DeviceMemorySpace>;
+/// A 1-D array in host memory.
+template <class T>
+using HostView1D = Kokkos::View<T*, HostMemorySpace>;
+
+/// Host when memory in MemSpace can be read by host code, Device otherwise.
+template <class MemSpace>
+constexpr MemoryKind memory_kind_of_space() {
+  return Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible ? MemoryKind::Host
+                                                                             : MemoryKind::Device;
+}
+
+/// Asks the CUDA runtime whether ptr is device memory (Host when CUDA is not compiled in).
+MemoryKind memory_kind_of(const void* ptr) noexcept;
+
+}  // namespace tessera

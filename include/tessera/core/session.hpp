@@ -1,0 +1,49 @@
+#pragma once
+/// \file
+/// tessera::Session: the RAII owner of MPI and Kokkos for one process.
+
+#include <functional>
+
+namespace tessera {
+
+/// Initialises MPI (thread level MPI_THREAD_MULTIPLE, errors returned rather than fatal)
+/// and then Kokkos, and finalises them in reverse order. Exactly one Session may be alive
+/// per process. Works under mpiexec/srun with any number of ranks and as a plain process
+/// (one rank). MPI or Kokkos already initialised by the caller are used as they are and
+/// left for the caller to finalise.
+class Session {
+ public:
+  /// Starts MPI and Kokkos; Kokkos sees the command line (e.g. --kokkos-num-threads).
+  Session(int& argc, char**& argv);
+  /// Starts MPI and Kokkos with no command line.
+  Session();
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  /// This process's rank in MPI_COMM_WORLD.
+  int rank() const noexcept { return rank_; }
+  /// Number of ranks in MPI_COMM_WORLD.
+  int size() const noexcept { return size_; }
+  /// True when the MPI library reports CUDA-aware support (probed at start).
+  bool cuda_aware_mpi() const noexcept { return cuda_aware_mpi_; }
+
+  /// True while a Session is alive.
+  static bool active() noexcept;
+  /// The live Session; throws tessera::Error when there is none.
+  static Session& current();
+
+  /// Runs fn just before MPI is finalised (used by layers above core to release MPI
+  /// resources in order). Callbacks run in reverse order of registration.
+  static void at_finalize(std::function<void()> fn);
+
+ private:
+  void start(int* argc, char*** argv);
+  bool owns_mpi_ = false;
+  bool owns_kokkos_ = false;
+  int rank_ = 0;
+  int size_ = 1;
+  bool cuda_aware_mpi_ = false;
+};
+
+}  // namespace tessera

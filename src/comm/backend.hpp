@@ -1,0 +1,107 @@
+#pragma once
+// Internal: the narrow interface each communication backend implements, and the
+// description of one operation as it reaches a backend.
+
+#include <mpi.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <tessera/comm/types.hpp>
+
+namespace tessera::comm::detail {
+
+enum class OpType : std::uint8_t {
+  Broadcast, Scatter, Gather, Reduce, AllReduce, AllGather, ReduceScatter, AllToAll,
+  Barrier, Send, Recv,
+};
+const char* op_name(OpType type) noexcept;
+inline bool is_collective(OpType t) noexcept { return t != OpType::Send && t != OpType::Recv; }
+inline bool is_reduction(OpType t) noexcept {
+  return t == OpType::Reduce || t == OpType::AllReduce || t == OpType::ReduceScatter;
+}
+
+/// One operation, already validated. `count` is the per-rank element count n (see the
+/// Communicator docs); `send`/`recv` may be empty where the op does not use them on this rank.
+struct Op {
+  OpType type = OpType::Barrier;
+  Buffer send;
+  Buffer recv;
+  std::size_t count = 0;
+  DType dtype = DType::Float32;
+  MemoryKind memory = MemoryKind::Host;
+  ReduceOp reduce = ReduceOp::Sum;
+  int root = 0;
+  int peer = 0;
+  int tag = 0;
+  std::uint64_t seq = 0;       // per-communicator number of this op (all ops)
+  std::uint64_t coll_seq = 0;  // number among collectives (what ranks must agree on)
+};
+
+/// "all_reduce (1024 x float32, sum)" and the like.
+std::string describe(const Op& op);
+
+using Clock = std::chrono::steady_clock;
+
+/// When a blocking wait must give up; `none` waits forever.
+struct Deadline {
+  Clock::time_point at{};
+  bool none = true;
+  static Deadline after(std::chrono::milliseconds timeout) {
+    Deadline d;
+    d.none = timeout.count() <= 0;
+    d.at = Clock::now() + timeout;
+    return d;
+  }
+  bool expired() const noexcept { return !none && Clock::now() >= at; }
+  /// Milliseconds left (at least 1), or a very long time when there is no deadline.
+  std::chrono::milliseconds remaining() const noexcept;
+};
+
+/// Thrown by a backend when a Deadline passes; the front end turns it into a TimeoutError
+/// that names the op and the ranks that did not arrive.
+struct DeadlineExceeded {
+  std::string what;  // e.g. "waiting in MPI_Ibarrier"
+};
+
+/// A backend: moves data for ops whose dtype it handles natively, in the memory it accepts.
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual comm::Backend kind() const noexcept = 0;
+  /// The MPI communicator that defines this backend's members and ranks.
+  virtual MPI_Comm group() const noexcept = 0;
+  /// True when the front end must confirm every rank arrived before execute(), because the
+  /// backend's call cannot itself time out.
+  virtual bool needs_arrival_fence() const noexcept = 0;
+  virtual bool accepts_device_memory() const noexcept = 0;
+  virtual bool requires_device_memory() const noexcept { return false; }
+  /// True when bfloat16/float16 reductions and ReduceOp::Avg are handled by the backend;
+  /// otherwise the front end reduces in float32 and divides by size().
+  virtual bool native_half_and_avg() const noexcept { return false; }
+  /// Runs op to completion on the calling thread. Throws DeadlineExceeded or CommError.
+  virtual void execute(const Op& op, const Deadline& deadline) = 0;
+  /// A backend of the same kind over `group` (takes ownership of it).
+  virtual std::unique_ptr<Backend> make_child(MPI_Comm group, const CommOptions& options) = 0;
+  /// Called once after a failure, so the backend can release what a stuck op holds.
+  virtual void abort() noexcept {}
+};
+
+// Factories; each takes ownership of `group`. Those not compiled in throw NotCompiledError.
+std::unique_ptr<Backend> make_mpi_backend(MPI_Comm group);
+std::unique_ptr<Backend> make_gloo_backend(MPI_Comm group, const CommOptions& options);
+std::unique_ptr<Backend> make_nccl_backend(MPI_Comm group, const CommOptions& options);
+/// True when a GPU is visible and NCCL is compiled in (for Backend::Auto).
+bool nccl_usable() noexcept;
+
+/// Waits for an MPI request, polling until it completes or the deadline passes (then
+/// throws DeadlineExceeded; the request is left pending). Spins briefly, then yields and
+/// sleeps, so a rank waiting for a late peer does not starve the peer's core.
+void wait_mpi(MPI_Request& request, const Deadline& deadline, const char* what);
+
+/// The MPI datatype that moves elements of dtype (16-bit floats move as MPI_UINT16_T).
+MPI_Datatype mpi_datatype(DType dtype);
+
+}  // namespace tessera::comm::detail

@@ -1,0 +1,860 @@
+#include <tessera/comm/communicator.hpp>
+#include <tessera/core/session.hpp>
+#include <tessera/config.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "comm/backend.hpp"
+#include "comm/watchdog.hpp"
+#include "core/device_copy.hpp"
+#include "core/log.hpp"
+#include "core/mpi_check.hpp"
+
+namespace tessera::comm {
+namespace detail {
+
+struct WorkState {
+  Op op;
+  CommState* comm = nullptr;
+  std::mutex mutex;
+  std::condition_variable cv;
+  std::atomic<bool> done{false};
+  std::atomic<bool> started{false};
+  Clock::time_point started_at{};
+  std::exception_ptr error;
+};
+
+namespace {
+std::uint64_t fnv1a(const std::string& s) {
+  std::uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+std::string seconds_text(std::chrono::milliseconds ms) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g s", static_cast<double>(ms.count()) / 1000.0);
+  return text;
+}
+
+template <class To, class From>
+void convert(To* out, const From* in, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<To>(static_cast<float>(in[i]));
+}
+
+void widen(float* out, const void* in, DType dtype, std::size_t n) {
+  if (dtype == DType::BFloat16) convert(out, static_cast<const bfloat16*>(in), n);
+  else convert(out, static_cast<const float16*>(in), n);
+}
+
+void narrow(void* out, const float* in, DType dtype, std::size_t n) {
+  if (dtype == DType::BFloat16) {
+    auto* o = static_cast<bfloat16*>(out);
+    for (std::size_t i = 0; i < n; ++i) o[i] = bfloat16(in[i]);
+  } else {
+    auto* o = static_cast<float16*>(out);
+    for (std::size_t i = 0; i < n; ++i) o[i] = float16(in[i]);
+  }
+}
+
+/// What an op signature looks like on the wire in check mode.
+struct Signature {
+  std::uint64_t coll_seq;
+  std::uint64_t count;
+  std::int32_t root;
+  std::uint8_t type;
+  std::uint8_t dtype;
+  std::uint8_t reduce;
+  std::uint8_t pad;
+  bool operator==(const Signature& o) const {
+    return coll_seq == o.coll_seq && count == o.count && root == o.root && type == o.type &&
+           dtype == o.dtype && reduce == o.reduce;
+  }
+};
+
+Signature signature_of(const Op& op) {
+  Signature s{};
+  s.coll_seq = op.coll_seq;
+  s.count = op.count;
+  s.type = static_cast<std::uint8_t>(op.type);
+  const bool rooted = op.type == OpType::Broadcast || op.type == OpType::Scatter ||
+                      op.type == OpType::Gather || op.type == OpType::Reduce;
+  s.root = rooted ? op.root : 0;
+  s.dtype = op.type == OpType::Barrier ? 0 : static_cast<std::uint8_t>(op.dtype);
+  s.reduce = is_reduction(op.type) ? static_cast<std::uint8_t>(op.reduce) : 0;
+  return s;
+}
+
+std::string describe(const Signature& s) {
+  Op op;
+  op.type = static_cast<OpType>(s.type);
+  op.count = s.count;
+  op.root = s.root;
+  op.dtype = static_cast<DType>(s.dtype);
+  op.reduce = static_cast<ReduceOp>(s.reduce);
+  return describe(op);
+}
+
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string s;
+  for (std::size_t i = 0; i < ranks.size(); ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
+  return s;
+}
+}  // namespace
+
+/// Everything behind a Communicator: the backend, progress counters, the async worker.
+class CommState {
+ public:
+  CommState(std::unique_ptr<Backend> b, CommOptions o, std::string p)
+      : backend(std::move(b)), options(std::move(o)), path(std::move(p)), id(fnv1a(path)) {
+    MPI_Comm_rank(backend->group(), &rank);
+    MPI_Comm_size(backend->group(), &size);
+    TESSERA_CHECK_MPI(MPI_Comm_dup(backend->group(), &fence_comm));
+    MPI_Group mine, world;
+    MPI_Comm_group(backend->group(), &mine);
+    MPI_Comm_group(MPI_COMM_WORLD, &world);
+    std::vector<int> local(static_cast<std::size_t>(size));
+    for (int i = 0; i < size; ++i) local[static_cast<std::size_t>(i)] = i;
+    world_ranks.resize(local.size());
+    MPI_Group_translate_ranks(mine, size, local.data(), world, world_ranks.data());
+    MPI_Group_free(&mine);
+    MPI_Group_free(&world);
+    Watchdog::instance().add(id, &progress);
+  }
+
+  ~CommState() {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      stopping = true;
+    }
+    cv.notify_all();
+    if (worker.joinable()) worker.join();
+    Watchdog::remove(id);
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) MPI_Comm_free(&fence_comm);
+  }
+
+  std::unique_ptr<Backend> backend;
+  CommOptions options;
+  std::string path;
+  std::uint64_t id;
+  int rank = 0;
+  int size = 1;
+  std::vector<int> world_ranks;
+  MPI_Comm fence_comm = MPI_COMM_NULL;
+  Progress progress;
+  int splits = 0;
+
+  std::atomic<bool> failed{false};
+  std::mutex failure_mutex;
+  std::string failure;
+
+  std::mutex mutex;
+  std::condition_variable cv;
+  std::deque<std::shared_ptr<WorkState>> queue;
+  bool stopping = false;
+  std::atomic<bool> running{false};
+  std::thread worker;
+
+  tessera::detail::HostStaging stage_in, stage_out, f32_in, f32_out;
+
+  bool idle() {
+    std::lock_guard<std::mutex> lock(mutex);
+    return queue.empty();
+  }
+
+  void ensure_usable() {
+    if (!failed.load()) return;
+    std::lock_guard<std::mutex> lock(failure_mutex);
+    throw CommError("communicator '" + options.name + "' is unusable after an earlier failure (" +
+                    failure + "); create a new communicator or restart the job");
+  }
+
+  void fail(const std::string& message) {
+    {
+      std::lock_guard<std::mutex> lock(failure_mutex);
+      if (failed.load()) return;
+      failure = message;
+      failed.store(true);
+    }
+    backend->abort();
+  }
+
+  void enqueue(std::shared_ptr<WorkState> w) {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (!worker.joinable()) worker = std::thread([this] { worker_loop(); });
+      queue.push_back(std::move(w));
+    }
+    cv.notify_one();
+  }
+
+  void worker_loop() {
+    for (;;) {
+      std::shared_ptr<WorkState> w;
+      {
+        std::unique_lock<std::mutex> lock(mutex);
+        cv.wait(lock, [&] { return stopping || !queue.empty(); });
+        if (queue.empty()) return;
+        w = queue.front();
+      }
+      w->started_at = Clock::now();
+      w->started.store(true);
+      running.store(true);
+      try {
+        run(w->op);
+      } catch (...) {
+        w->error = std::current_exception();
+      }
+      running.store(false);
+      {
+        std::lock_guard<std::mutex> lock(mutex);
+        queue.pop_front();
+      }
+      {
+        std::lock_guard<std::mutex> lock(w->mutex);
+        w->done.store(true);
+      }
+      w->cv.notify_all();
+    }
+  }
+
+  /// Runs one op to completion on the calling thread, with the fence, conversions and
+  /// failure handling that every backend shares.
+  void run(const Op& op) {
+    ensure_usable();
+    const Deadline deadline = Deadline::after(options.timeout);
+    try {
+      if (op.count == 0 && op.type != OpType::Barrier && !options.check) return;
+      if (is_collective(op.type) &&
+          (options.check ||
+           (backend->needs_arrival_fence() && !deadline.none && op.type != OpType::Barrier)))
+        fence(op, deadline);
+      if (op.count == 0 && op.type != OpType::Barrier) return;
+      execute_converted(op, deadline);
+    } catch (const DeadlineExceeded& e) {
+      timed_out(op, e.what);
+    } catch (const MismatchError&) {
+      throw;  // fence() already marked the failure
+    } catch (const ConfigError&) {
+      throw;
+    } catch (const Error& e) {
+      fail(e.message());
+      throw;
+    }
+  }
+
+  void fence(const Op& op, const Deadline& deadline) {
+    MPI_Request request;
+    if (!options.check) {
+      TESSERA_CHECK_MPI(MPI_Ibarrier(fence_comm, &request));
+      wait_mpi(request, deadline, "waiting for every rank to arrive");
+      return;
+    }
+    const Signature mine = signature_of(op);
+    std::vector<Signature> all(static_cast<std::size_t>(size));
+    TESSERA_CHECK_MPI(MPI_Iallgather(&mine, sizeof mine, MPI_BYTE, all.data(), sizeof mine, MPI_BYTE,
+                                     fence_comm, &request));
+    wait_mpi(request, deadline, "waiting for every rank to arrive at the op check");
+    if (std::all_of(all.begin(), all.end(), [&](const Signature& s) { return s == all[0]; })) return;
+    // Every rank holds the same table, so every rank raises the same error.
+    std::vector<std::pair<Signature, std::vector<int>>> groups;
+    for (int r = 0; r < size; ++r) {
+      const Signature& s = all[static_cast<std::size_t>(r)];
+      auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == s; });
+      if (it == groups.end()) groups.push_back({s, {r}});
+      else it->second.push_back(r);
+    }
+    std::string message = "collective mismatch on communicator '" + options.name + "' at collective #" +
+                          std::to_string(op.coll_seq) + ":";
+    for (std::size_t i = 0; i < groups.size(); ++i) {
+      const auto& g = groups[i];
+      message += std::string(i ? ";" : "") + (g.second.size() > 1 ? " ranks " : " rank ") +
+                 rank_list(g.second) + " called " + describe(g.first);
+      if (g.first.coll_seq != op.coll_seq)
+        message += " as their collective #" + std::to_string(g.first.coll_seq);
+    }
+    message += ". Every rank must issue the same collectives, with the same counts, dtypes and "
+               "roots, in the same order.";
+    fail(message);
+    throw MismatchError(message, __FILE__, __LINE__);
+  }
+
+  void execute_converted(const Op& op, const Deadline& deadline) {
+    const bool stage = op.memory == MemoryKind::Device && !backend->accepts_device_memory();
+    const bool reduction = is_reduction(op.type) && !backend->native_half_and_avg();
+    const bool wide = reduction && (op.dtype == DType::BFloat16 || op.dtype == DType::Float16);
+    const bool average = reduction && op.reduce == ReduceOp::Avg;
+    if (!stage && !wide && !average) {
+      backend->execute(op, deadline);
+      return;
+    }
+    const auto [in_n, out_n] = extents(op);
+    const std::size_t esz = dtype_size(op.dtype);
+    Op host = op;
+    if (stage) {
+      void* out = stage_out.reserve(std::max<std::size_t>(out_n, 1) * esz);
+      if (op.type == OpType::Broadcast) {
+        tessera::detail::copy_device_to_host(out, op.recv.data, op.count * esz);
+        host.send.data = out;
+      } else {
+        void* in = stage_in.reserve(std::max<std::size_t>(in_n, 1) * esz);
+        if (in_n > 0) tessera::detail::copy_device_to_host(in, op.send.data, in_n * esz);
+        host.send.data = in;
+      }
+      host.recv.data = out;
+      host.memory = host.send.memory = host.recv.memory = MemoryKind::Host;
+    }
+    Op native = host;
+    if (wide) {
+      auto* in = static_cast<float*>(f32_in.reserve(std::max<std::size_t>(in_n, 1) * 4));
+      auto* out = static_cast<float*>(f32_out.reserve(std::max<std::size_t>(out_n, 1) * 4));
+      widen(in, host.send.data, op.dtype, in_n);
+      native.send = Buffer(in, in_n, DType::Float32, MemoryKind::Host);
+      native.recv = Buffer(out, out_n, DType::Float32, MemoryKind::Host);
+      native.dtype = DType::Float32;
+    }
+    if (average) native.reduce = ReduceOp::Sum;
+    backend->execute(native, deadline);
+    if (average && out_n > 0) {
+      if (native.dtype == DType::Float64) {
+        auto* p = static_cast<double*>(native.recv.data);
+        for (std::size_t i = 0; i < out_n; ++i) p[i] /= size;
+      } else {
+        auto* p = static_cast<float*>(native.recv.data);
+        const float inv = 1.0f / static_cast<float>(size);
+        for (std::size_t i = 0; i < out_n; ++i) p[i] *= inv;
+      }
+    }
+    if (wide && out_n > 0) narrow(host.recv.data, static_cast<const float*>(native.recv.data), op.dtype, out_n);
+    if (stage && out_n > 0) tessera::detail::copy_host_to_device(op.recv.data, host.recv.data, out_n * esz);
+  }
+
+  /// Elements this rank reads from send and writes to recv.
+  std::pair<std::size_t, std::size_t> extents(const Op& op) const {
+    const std::size_t n = op.count, all = n * static_cast<std::size_t>(size);
+    const bool root = rank == op.root;
+    switch (op.type) {
+      case OpType::Broadcast: return {root ? n : 0, n};
+      case OpType::Scatter: return {root ? all : 0, n};
+      case OpType::Gather: return {n, root ? all : 0};
+      case OpType::Reduce: return {n, root ? n : 0};
+      case OpType::AllReduce: return {n, n};
+      case OpType::AllGather: return {n, all};
+      case OpType::ReduceScatter: return {all, n};
+      case OpType::AllToAll: return {all, all};
+      case OpType::Send: return {n, 0};
+      case OpType::Recv: return {0, n};
+      case OpType::Barrier: return {0, 0};
+    }
+    return {0, 0};
+  }
+
+  [[noreturn]] void timed_out(const Op& op, const std::string& what) {
+    std::string message = describe(op) + ", collective #" + std::to_string(op.coll_seq) +
+                          " on communicator '" + options.name + "' [" + backend_name(backend->kind()) +
+                          ", " + std::to_string(size) + " ranks], timed out after " +
+                          seconds_text(options.timeout) + " " + what + ".";
+    if (!is_collective(op.type)) message = describe(op) + " on communicator '" + options.name +
+                                           "' timed out after " + seconds_text(options.timeout) + " " +
+                                           what + ".";
+    std::vector<int> ask;
+    if (is_collective(op.type)) ask = world_ranks;
+    else ask = {world_ranks[static_cast<std::size_t>(op.peer)]};
+    const auto peers = Watchdog::instance().query(id, ask, std::chrono::milliseconds(2000));
+    auto comm_rank = [&](int world) {
+      return static_cast<int>(std::find(world_ranks.begin(), world_ranks.end(), world) - world_ranks.begin());
+    };
+    std::vector<std::string> missing;
+    std::vector<int> arrived = {rank};
+    for (const auto& p : peers) {
+      const int r = comm_rank(p.world_rank);
+      if (!p.responded) {
+        missing.push_back(std::to_string(r) + " (no answer: dead, hung or finalized)");
+      } else if (!p.member) {
+        missing.push_back(std::to_string(r) + " (has not created this communicator)");
+      } else if (!is_collective(op.type) || p.collectives_issued <= op.coll_seq) {
+        std::string where = std::to_string(r) + " (has issued " + std::to_string(p.collectives_issued) +
+                            " collectives";
+        if (p.last_op != 255) where += std::string(", last op ") + op_name(static_cast<OpType>(p.last_op));
+        missing.push_back(where + ")");
+      } else {
+        arrived.push_back(r);
+      }
+    }
+    std::sort(arrived.begin(), arrived.end());
+    if (!is_collective(op.type)) {
+      message += " Peer: rank " + (missing.empty() ? std::string("?") : missing[0]) + ".";
+    } else if (missing.empty()) {
+      message += " Every rank arrived; the transfer itself stalled (a dead link or peer).";
+    } else {
+      message += " Ranks that did not arrive: ";
+      for (std::size_t i = 0; i < missing.size(); ++i) message += (i ? "; " : "") + missing[i];
+      message += ". Ranks that arrived: " + rank_list(arrived) + ".";
+    }
+    message += " A rank that skipped or reordered a collective, or is stuck elsewhere, causes this; "
+               "TESSERA_COMM_CHECK=1 compares ops across ranks, TESSERA_COMM_TIMEOUT sets the limit "
+               "in seconds.";
+    fail(message);
+    throw TimeoutError(message, __FILE__, __LINE__);
+  }
+};
+
+}  // namespace detail
+
+using detail::Op;
+using detail::OpType;
+
+// ---- Work -----------------------------------------------------------------------------
+
+void Work::wait() {
+  if (!state_) return;
+  auto& w = *state_;
+  {
+    std::unique_lock<std::mutex> lock(w.mutex);
+    while (!w.done.load()) {
+      w.cv.wait_for(lock, std::chrono::milliseconds(50));
+      if (w.done.load() || !w.started.load()) continue;
+      const auto timeout = w.comm->options.timeout;
+      // The op's own deadline fires first with a better message; this one catches an op
+      // stuck after every rank arrived. The grace covers the arrival query.
+      if (timeout.count() > 0 &&
+          detail::Clock::now() - w.started_at > timeout + timeout / 10 + std::chrono::seconds(3)) {
+        lock.unlock();
+        w.comm->timed_out(w.op, "waiting for the operation to complete");
+      }
+    }
+  }
+  if (w.error) std::rethrow_exception(w.error);
+}
+
+bool Work::test() {
+  if (!state_) return true;
+  if (!state_->done.load()) return false;
+  if (state_->error) std::rethrow_exception(state_->error);
+  return true;
+}
+
+// ---- Communicator -----------------------------------------------------------------------
+
+Communicator::Communicator(std::unique_ptr<detail::Backend> backend, CommOptions options, std::string path)
+    : state_(std::make_unique<detail::CommState>(std::move(backend), std::move(options), std::move(path))) {}
+
+Communicator::~Communicator() {
+  // A worker stuck inside a failed backend call cannot be joined: let it go with its state.
+  if (state_ && state_->failed.load() && state_->running.load()) {
+    state_->worker.detach();
+    (void)state_.release();
+    tessera::detail::logger().warn("communicator destroyed while an operation was stuck after a failure; "
+                       "its resources are leaked");
+  }
+}
+
+std::unique_ptr<Communicator> Communicator::create(Backend backend, CommOptions options) {
+  Session::current();
+  if (backend == Backend::Auto) backend = detail::nccl_usable() ? Backend::Nccl : Backend::Mpi;
+  if (!backend_compiled(backend))
+    throw NotCompiledError(std::string("the ") + backend_name(backend) +
+                           " backend is not compiled in; rebuild with TESSERA_ENABLE_" +
+                           (backend == Backend::Gloo ? "GLOO" : "NCCL") + "=ON");
+  detail::Watchdog::instance();
+  static std::atomic<int> roots{0};
+  const std::string path = "c" + std::to_string(roots++);
+  MPI_Comm group;
+  TESSERA_CHECK_MPI(MPI_Comm_dup(MPI_COMM_WORLD, &group));
+  std::unique_ptr<detail::Backend> impl;
+  switch (backend) {
+    case Backend::Gloo: impl = detail::make_gloo_backend(group, options); break;
+    case Backend::Nccl: impl = detail::make_nccl_backend(group, options); break;
+    default: impl = detail::make_mpi_backend(group); break;
+  }
+  return std::make_unique<Communicator>(std::move(impl), std::move(options), path);
+}
+
+bool backend_compiled(Backend backend) noexcept {
+  switch (backend) {
+    case Backend::Gloo: return TESSERA_HAVE_GLOO != 0;
+    case Backend::Nccl: return TESSERA_HAVE_NCCL != 0;
+    default: return true;
+  }
+}
+
+int Communicator::rank() const noexcept { return state_->rank; }
+int Communicator::size() const noexcept { return state_->size; }
+Backend Communicator::backend() const noexcept { return state_->backend->kind(); }
+const std::string& Communicator::name() const noexcept { return state_->options.name; }
+std::chrono::milliseconds Communicator::timeout() const noexcept { return state_->options.timeout; }
+void Communicator::set_timeout(std::chrono::milliseconds timeout) { state_->options.timeout = timeout; }
+bool Communicator::check_enabled() const noexcept { return state_->options.check; }
+void Communicator::set_check(bool enabled) { state_->options.check = enabled; }
+std::uint64_t Communicator::ops_issued() const noexcept { return state_->progress.ops_issued.load(); }
+bool Communicator::usable() const noexcept { return !state_->failed.load(); }
+
+int Communicator::world_rank(int r) const {
+  if (r < 0 || r >= size())
+    throw ConfigError("tessera::comm::world_rank: rank " + std::to_string(r) + " is outside [0, " +
+                      std::to_string(size()) + ")");
+  return state_->world_ranks[static_cast<std::size_t>(r)];
+}
+
+std::unique_ptr<Communicator> Communicator::split(int color, int key, const std::string& name) {
+  auto& s = *state_;
+  s.ensure_usable();
+  while (!s.idle()) std::this_thread::sleep_for(std::chrono::microseconds(50));
+  const int index = s.splits++;
+  MPI_Comm child;
+  TESSERA_CHECK_MPI(MPI_Comm_split(s.backend->group(), color < 0 ? MPI_UNDEFINED : color, key, &child));
+  if (child == MPI_COMM_NULL) return nullptr;
+  CommOptions options = s.options;
+  options.name = name.empty() ? s.options.name + "." + std::to_string(color) : name;
+  auto backend = s.backend->make_child(child, options);
+  return std::make_unique<Communicator>(std::move(backend), std::move(options),
+                                        s.path + "/" + std::to_string(index) + ":" + std::to_string(color));
+}
+
+Work Communicator::submit(Op op, bool async) {
+  auto& s = *state_;
+  s.ensure_usable();
+  op.seq = s.progress.ops_issued.fetch_add(1);
+  if (detail::is_collective(op.type)) op.coll_seq = s.progress.collectives_issued.fetch_add(1);
+  s.progress.last_op.store(static_cast<std::uint8_t>(op.type));
+  if (!async && s.idle()) {
+    s.run(op);
+    return {};
+  }
+  auto w = std::make_shared<detail::WorkState>();
+  w->op = op;
+  w->comm = &s;
+  s.enqueue(w);
+  Work work(w);
+  if (async) return work;
+  work.wait();
+  return {};
+}
+
+// ---- argument checks --------------------------------------------------------------------
+
+namespace {
+[[noreturn]] void bad(const char* fn, const std::string& what) {
+  throw ConfigError(std::string("tessera::comm::") + fn + ": " + what);
+}
+
+const char* memory_name(MemoryKind m) { return m == MemoryKind::Host ? "host" : "device"; }
+
+bool overlaps(const Buffer& a, std::size_t a_n, const Buffer& b, std::size_t b_n) {
+  if (a_n == 0 || b_n == 0) return false;
+  const auto* pa = static_cast<const char*>(a.data);
+  const auto* pb = static_cast<const char*>(b.data);
+  const std::size_t esz = dtype_size(a.dtype);
+  return pa < pb + b_n * esz && pb < pa + a_n * esz;
+}
+
+const char* offset_of(const Buffer& base, std::size_t elements) {
+  return static_cast<const char*>(base.data) + elements * dtype_size(base.dtype);
+}
+
+struct Checker {
+  const char* fn;
+  const detail::CommState& s;
+  bool requires_device;
+
+  void data(const Buffer& b, std::size_t needed, const char* which) const {
+    if (needed > 0 && b.data == nullptr) bad(fn, std::string(which) + " is null but " + std::to_string(needed) + " elements are needed");
+  }
+  void capacity(const Buffer& b, std::size_t needed, const char* which, const std::string& formula) const {
+    if (b.count < needed)
+      bad(fn, std::string(which) + " has " + std::to_string(b.count) + " elements, needs " + formula + " = " +
+                  std::to_string(needed));
+    data(b, needed, which);
+  }
+  void root(int r) const {
+    if (r < 0 || r >= s.size)
+      bad(fn, "root " + std::to_string(r) + " is out of range; this communicator has ranks 0.." +
+                  std::to_string(s.size - 1));
+  }
+  void same_type(const Buffer& a, const Buffer& b) const {
+    if (a.dtype != b.dtype)
+      bad(fn, std::string("input is ") + dtype_name(a.dtype) + " but output is " + dtype_name(b.dtype) +
+                  "; both must have the same dtype");
+    if (a.memory != b.memory)
+      bad(fn, std::string("input is in ") + memory_name(a.memory) + " memory but output is in " +
+                  memory_name(b.memory) + " memory; use the same kind for both");
+  }
+  void reduce_op(ReduceOp op, DType dtype) const {
+    if (op == ReduceOp::Avg && !is_floating(dtype))
+      bad(fn, std::string("avg is defined for floating-point dtypes only, not ") + dtype_name(dtype) +
+                  "; use sum and divide");
+  }
+  void memory(MemoryKind m) const {
+    if (requires_device && m == MemoryKind::Host)
+      bad(fn, "the NCCL backend needs device memory (cudaMalloc or a CUDA-space view); use the mpi or "
+              "gloo backend for host buffers");
+  }
+  void no_overlap(const Buffer& a, std::size_t a_n, const Buffer& b, std::size_t b_n, const std::string& allowed) const {
+    if (overlaps(a, a_n, b, b_n))
+      bad(fn, "input and output overlap" + (allowed.empty() ? std::string("; use separate buffers")
+                                                          : "; the only in-place form allowed is " + allowed));
+  }
+};
+
+Checker checker(const char* fn, const detail::CommState& s) {
+  return Checker{fn, s, s.backend->requires_device_memory()};
+}
+}  // namespace
+
+namespace {
+using detail::CommState;
+
+Op make_broadcast(const CommState& s, Buffer b, int root) {
+  const auto c = checker("broadcast", s);
+  c.root(root);
+  c.data(b, b.count, "buffer");
+  c.memory(b.memory);
+  Op op;
+  op.type = OpType::Broadcast;
+  op.send = op.recv = b;
+  op.count = b.count;
+  op.dtype = b.dtype;
+  op.memory = b.memory;
+  op.root = root;
+  return op;
+}
+
+Op make_scatter(const CommState& s, Buffer send, Buffer recv, int root) {
+  const auto c = checker("scatter", s);
+  c.root(root);
+  const std::size_t n = recv.count, all = n * static_cast<std::size_t>(s.size);
+  c.data(recv, n, "output");
+  if (s.rank == root) {
+    c.same_type(send, recv);
+    c.capacity(send, all, "input", "size()*output = " + std::to_string(s.size) + "*" + std::to_string(n));
+    if (static_cast<const char*>(recv.data) != offset_of(send, n * static_cast<std::size_t>(root)))
+      c.no_overlap(send, all, recv, n, "output == input + root*count at the root");
+  } else {
+    send = Buffer(nullptr, 0, recv.dtype, recv.memory);
+  }
+  c.memory(recv.memory);
+  Op op;
+  op.type = OpType::Scatter;
+  op.send = send;
+  op.recv = recv;
+  op.count = n;
+  op.dtype = recv.dtype;
+  op.memory = recv.memory;
+  op.root = root;
+  return op;
+}
+
+Op make_gather(const CommState& s, Buffer send, Buffer recv, int root) {
+  const auto c = checker("gather", s);
+  c.root(root);
+  const std::size_t n = send.count, all = n * static_cast<std::size_t>(s.size);
+  c.data(send, n, "input");
+  if (s.rank == root) {
+    c.same_type(send, recv);
+    c.capacity(recv, all, "output", "size()*input = " + std::to_string(s.size) + "*" + std::to_string(n));
+    if (static_cast<const char*>(send.data) != offset_of(recv, n * static_cast<std::size_t>(root)))
+      c.no_overlap(send, n, recv, all, "input == output + root*count at the root");
+  } else {
+    recv = Buffer(nullptr, 0, send.dtype, send.memory);
+  }
+  c.memory(send.memory);
+  Op op;
+  op.type = OpType::Gather;
+  op.send = send;
+  op.recv = recv;
+  op.count = n;
+  op.dtype = send.dtype;
+  op.memory = send.memory;
+  op.root = root;
+  return op;
+}
+
+Op make_reduce(const CommState& s, Buffer send, Buffer recv, ReduceOp rop, int root) {
+  const auto c = checker("reduce", s);
+  c.root(root);
+  const std::size_t n = send.count;
+  c.data(send, n, "input");
+  c.reduce_op(rop, send.dtype);
+  if (s.rank == root) {
+    c.same_type(send, recv);
+    c.capacity(recv, n, "output", "input");
+    if (send.data != recv.data) c.no_overlap(send, n, recv, n, "output == input");
+  } else {
+    recv = Buffer(nullptr, 0, send.dtype, send.memory);
+  }
+  c.memory(send.memory);
+  Op op;
+  op.type = OpType::Reduce;
+  op.send = send;
+  op.recv = recv;
+  op.count = n;
+  op.dtype = send.dtype;
+  op.memory = send.memory;
+  op.reduce = rop;
+  op.root = root;
+  return op;
+}
+
+Op make_all_reduce(const CommState& s, Buffer send, Buffer recv, ReduceOp rop) {
+  const auto c = checker("all_reduce", s);
+  const std::size_t n = send.count;
+  c.data(send, n, "input");
+  c.same_type(send, recv);
+  c.reduce_op(rop, send.dtype);
+  c.capacity(recv, n, "output", "input");
+  if (send.data != recv.data) c.no_overlap(send, n, recv, n, "output == input");
+  c.memory(send.memory);
+  Op op;
+  op.type = OpType::AllReduce;
+  op.send = send;
+  op.recv = recv;
+  op.count = n;
+  op.dtype = send.dtype;
+  op.memory = send.memory;
+  op.reduce = rop;
+  return op;
+}
+
+Op make_all_gather(const CommState& s, Buffer send, Buffer recv) {
+  const auto c = checker("all_gather", s);
+  const std::size_t n = send.count, all = n * static_cast<std::size_t>(s.size);
+  c.data(send, n, "input");
+  c.same_type(send, recv);
+  c.capacity(recv, all, "output", "size()*input = " + std::to_string(s.size) + "*" + std::to_string(n));
+  if (static_cast<const char*>(send.data) != offset_of(recv, n * static_cast<std::size_t>(s.rank)))
+    c.no_overlap(send, n, recv, all, "input == output + rank*count");
+  c.memory(send.memory);
+  Op op;
+  op.type = OpType::AllGather;
+  op.send = send;
+  op.recv = recv;
+  op.count = n;
+  op.dtype = send.dtype;
+  op.memory = send.memory;
+  return op;
+}
+
+Op make_reduce_scatter(const CommState& s, Buffer send, Buffer recv, ReduceOp rop) {
+  const auto c = checker("reduce_scatter", s);
+  if (send.count % static_cast<std::size_t>(s.size) != 0)
+    bad("reduce_scatter", "input has " + std::to_string(send.count) + " elements, which does not divide into " +
+                              std::to_string(s.size) + " equal blocks (one per rank)");
+  const std::size_t n = send.count / static_cast<std::size_t>(s.size);
+  c.data(send, send.count, "input");
+  c.same_type(send, recv);
+  c.reduce_op(rop, send.dtype);
+  c.capacity(recv, n, "output", "input/size() = " + std::to_string(send.count) + "/" + std::to_string(s.size));
+  if (static_cast<const char*>(recv.data) != offset_of(send, n * static_cast<std::size_t>(s.rank)))
+    c.no_overlap(send, send.count, recv, n, "output == input + rank*count");
+  c.memory(send.memory);
+  Op op;
+  op.type = OpType::ReduceScatter;
+  op.send = send;
+  op.recv = recv;
+  op.count = n;
+  op.dtype = send.dtype;
+  op.memory = send.memory;
+  op.reduce = rop;
+  return op;
+}
+
+Op make_all_to_all(const CommState& s, Buffer send, Buffer recv) {
+  const auto c = checker("all_to_all", s);
+  if (send.count % static_cast<std::size_t>(s.size) != 0)
+    bad("all_to_all", "input has " + std::to_string(send.count) + " elements, which does not divide into " +
+                          std::to_string(s.size) + " equal blocks (one per rank)");
+  const std::size_t n = send.count / static_cast<std::size_t>(s.size);
+  c.data(send, send.count, "input");
+  c.same_type(send, recv);
+  c.capacity(recv, send.count, "output", "input");
+  c.no_overlap(send, send.count, recv, send.count, "");
+  c.memory(send.memory);
+  Op op;
+  op.type = OpType::AllToAll;
+  op.send = send;
+  op.recv = recv;
+  op.count = n;
+  op.dtype = send.dtype;
+  op.memory = send.memory;
+  return op;
+}
+
+Op make_p2p(const CommState& s, OpType type, Buffer b, int peer, int tag) {
+  const char* fn = type == OpType::Send ? "send" : "recv";
+  const auto c = checker(fn, s);
+  if (peer < 0 || peer >= s.size)
+    bad(fn, "peer " + std::to_string(peer) + " is out of range; this communicator has ranks 0.." +
+                std::to_string(s.size - 1));
+  if (peer == s.rank) bad(fn, "peer is this rank itself (" + std::to_string(peer) + "); copy the data locally");
+  if (tag < 0) bad(fn, "tag " + std::to_string(tag) + " is negative; use a tag >= 0");
+  c.data(b, b.count, "buffer");
+  c.memory(b.memory);
+  Op op;
+  op.type = type;
+  (type == OpType::Send ? op.send : op.recv) = b;
+  op.count = b.count;
+  op.dtype = b.dtype;
+  op.memory = b.memory;
+  op.peer = peer;
+  op.tag = tag;
+  return op;
+}
+
+Op make_barrier() {
+  Op op;
+  op.type = OpType::Barrier;
+  return op;
+}
+}  // namespace
+
+void Communicator::broadcast(Buffer b, int root) { submit(make_broadcast(*state_, b, root), false); }
+void Communicator::scatter(Buffer s, Buffer r, int root) { submit(make_scatter(*state_, s, r, root), false); }
+void Communicator::gather(Buffer s, Buffer r, int root) { submit(make_gather(*state_, s, r, root), false); }
+void Communicator::reduce(Buffer s, Buffer r, ReduceOp op, int root) {
+  submit(make_reduce(*state_, s, r, op, root), false);
+}
+void Communicator::all_reduce(Buffer s, Buffer r, ReduceOp op) { submit(make_all_reduce(*state_, s, r, op), false); }
+void Communicator::all_reduce(Buffer b, ReduceOp op) { submit(make_all_reduce(*state_, b, b, op), false); }
+void Communicator::all_gather(Buffer s, Buffer r) { submit(make_all_gather(*state_, s, r), false); }
+void Communicator::reduce_scatter(Buffer s, Buffer r, ReduceOp op) {
+  submit(make_reduce_scatter(*state_, s, r, op), false);
+}
+void Communicator::all_to_all(Buffer s, Buffer r) { submit(make_all_to_all(*state_, s, r), false); }
+void Communicator::barrier() { submit(make_barrier(), false); }
+void Communicator::send(Buffer b, int peer, int tag) { submit(make_p2p(*state_, OpType::Send, b, peer, tag), false); }
+void Communicator::recv(Buffer b, int peer, int tag) { submit(make_p2p(*state_, OpType::Recv, b, peer, tag), false); }
+
+Work Communicator::broadcast_async(Buffer b, int root) { return submit(make_broadcast(*state_, b, root), true); }
+Work Communicator::scatter_async(Buffer s, Buffer r, int root) { return submit(make_scatter(*state_, s, r, root), true); }
+Work Communicator::gather_async(Buffer s, Buffer r, int root) { return submit(make_gather(*state_, s, r, root), true); }
+Work Communicator::reduce_async(Buffer s, Buffer r, ReduceOp op, int root) {
+  return submit(make_reduce(*state_, s, r, op, root), true);
+}
+Work Communicator::all_reduce_async(Buffer s, Buffer r, ReduceOp op) {
+  return submit(make_all_reduce(*state_, s, r, op), true);
+}
+Work Communicator::all_reduce_async(Buffer b, ReduceOp op) { return submit(make_all_reduce(*state_, b, b, op), true); }
+Work Communicator::all_gather_async(Buffer s, Buffer r) { return submit(make_all_gather(*state_, s, r), true); }
+Work Communicator::reduce_scatter_async(Buffer s, Buffer r, ReduceOp op) {
+  return submit(make_reduce_scatter(*state_, s, r, op), true);
+}
+Work Communicator::all_to_all_async(Buffer s, Buffer r) { return submit(make_all_to_all(*state_, s, r), true); }
+Work Communicator::barrier_async() { return submit(make_barrier(), true); }
+Work Communicator::send_async(Buffer b, int peer, int tag) {
+  return submit(make_p2p(*state_, OpType::Send, b, peer, tag), true);
+}
+Work Communicator::recv_async(Buffer b, int peer, int tag) {
+  return submit(make_p2p(*state_, OpType::Recv, b, peer, tag), true);
+}
+
+}  // namespace tessera::comm

@@ -1,0 +1,139 @@
+// The MPI backend. Collectives are the blocking MPI calls (the fastest path in every MPI we
+// measured); the front end's arrival fence guarantees every rank is there before one
+// starts, so the blocking call cannot hang on a missing rank. Barrier and point-to-point
+// use nonblocking calls polled against the deadline.
+#include <climits>
+#include <cstring>
+#include <vector>
+
+#include <tessera/core/session.hpp>
+
+#include "comm/backend.hpp"
+#include "core/mpi_check.hpp"
+
+namespace tessera::comm::detail {
+namespace {
+
+MPI_Op mpi_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum: return MPI_SUM;
+    case ReduceOp::Prod: return MPI_PROD;
+    case ReduceOp::Min: return MPI_MIN;
+    case ReduceOp::Max: return MPI_MAX;
+    case ReduceOp::Avg: break;  // the front end turns avg into sum + scale
+  }
+  throw CommError("the MPI backend got reduce op avg, which the front end should have rewritten");
+}
+
+int mpi_count(std::size_t n, const Op& op) {
+  if (n > static_cast<std::size_t>(INT_MAX))
+    throw ConfigError(describe(op) + ": " + std::to_string(n) +
+                      " elements exceed the MPI backend's limit of 2^31-1 per call; split the buffer");
+  return static_cast<int>(n);
+}
+
+class MpiBackend final : public Backend {
+ public:
+  explicit MpiBackend(MPI_Comm group) : comm_(group) {
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &size_);
+    cuda_aware_ = Session::current().cuda_aware_mpi();
+  }
+  ~MpiBackend() override {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) MPI_Comm_free(&comm_);
+  }
+
+  comm::Backend kind() const noexcept override { return comm::Backend::Mpi; }
+  MPI_Comm group() const noexcept override { return comm_; }
+  bool needs_arrival_fence() const noexcept override { return true; }
+  bool accepts_device_memory() const noexcept override { return cuda_aware_; }
+
+  std::unique_ptr<Backend> make_child(MPI_Comm group, const CommOptions&) override {
+    return std::make_unique<MpiBackend>(group);
+  }
+
+  void execute(const Op& op, const Deadline& deadline) override {
+    const MPI_Datatype type = mpi_datatype(op.dtype);
+    const int n = mpi_count(op.count, op);
+    mpi_count(op.count * static_cast<std::size_t>(size_), op);
+    void* send = op.send.data;
+    void* recv = op.recv.data;
+    const bool root = rank_ == op.root;
+    const std::size_t esz = dtype_size(op.dtype);
+    auto at = [&](void* base, int block) {
+      return static_cast<void*>(static_cast<char*>(base) + static_cast<std::size_t>(block) * op.count * esz);
+    };
+    switch (op.type) {
+      case OpType::Broadcast:
+        TESSERA_CHECK_MPI(MPI_Bcast(recv, n, type, op.root, comm_));
+        break;
+      case OpType::Scatter:
+        TESSERA_CHECK_MPI(MPI_Scatter(send, n, type, root && recv == at(send, op.root) ? MPI_IN_PLACE : recv, n,
+                                      type, op.root, comm_));
+        break;
+      case OpType::Gather:
+        TESSERA_CHECK_MPI(MPI_Gather(root && send == at(recv, op.root) ? MPI_IN_PLACE : send, n, type, recv, n,
+                                     type, op.root, comm_));
+        break;
+      case OpType::Reduce:
+        TESSERA_CHECK_MPI(MPI_Reduce(root && send == recv ? MPI_IN_PLACE : send, recv, n, type, mpi_op(op.reduce),
+                                     op.root, comm_));
+        break;
+      case OpType::AllReduce:
+        TESSERA_CHECK_MPI(MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, n, type, mpi_op(op.reduce), comm_));
+        break;
+      case OpType::AllGather:
+        TESSERA_CHECK_MPI(MPI_Allgather(send == at(recv, rank_) ? MPI_IN_PLACE : send, n, type, recv, n, type, comm_));
+        break;
+      case OpType::ReduceScatter:
+        if (recv == at(send, rank_)) {
+          // MPI's in-place form has other semantics (result at the buffer's start); reduce
+          // into a private block, then place it.
+          scratch_.resize(op.count * esz);
+          TESSERA_CHECK_MPI(MPI_Reduce_scatter_block(send, scratch_.data(), n, type, mpi_op(op.reduce), comm_));
+          std::memcpy(recv, scratch_.data(), scratch_.size());
+        } else {
+          TESSERA_CHECK_MPI(MPI_Reduce_scatter_block(send, recv, n, type, mpi_op(op.reduce), comm_));
+        }
+        break;
+      case OpType::AllToAll:
+        TESSERA_CHECK_MPI(MPI_Alltoall(send, n, type, recv, n, type, comm_));
+        break;
+      case OpType::Barrier: {
+        MPI_Request request;
+        TESSERA_CHECK_MPI(MPI_Ibarrier(comm_, &request));
+        wait_mpi(request, deadline, "in MPI_Ibarrier");
+        break;
+      }
+      case OpType::Send: {
+        MPI_Request request;
+        TESSERA_CHECK_MPI(MPI_Isend(send, n, type, op.peer, op.tag, comm_, &request));
+        wait_mpi(request, deadline, "in MPI_Isend, waiting for the receiver");
+        break;
+      }
+      case OpType::Recv: {
+        MPI_Request request;
+        MPI_Status status;
+        TESSERA_CHECK_MPI(MPI_Irecv(recv, n, type, op.peer, op.tag, comm_, &request));
+        wait_mpi(request, deadline, "in MPI_Irecv, waiting for the sender");
+        (void)status;
+        break;
+      }
+    }
+  }
+
+ private:
+  MPI_Comm comm_;
+  int rank_ = 0;
+  int size_ = 1;
+  bool cuda_aware_ = false;
+  std::vector<char> scratch_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_mpi_backend(MPI_Comm group) { return std::make_unique<MpiBackend>(group); }
+
+}  // namespace tessera::comm::detail

@@ -1,0 +1,153 @@
+#include <tessera/comm/types.hpp>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdlib>
+#include <thread>
+
+#include "comm/backend.hpp"
+#include "core/mpi_check.hpp"
+
+namespace tessera::comm {
+namespace {
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+  return s;
+}
+}  // namespace
+
+const char* backend_name(Backend backend) noexcept {
+  switch (backend) {
+    case Backend::Auto: return "auto";
+    case Backend::Mpi: return "mpi";
+    case Backend::Gloo: return "gloo";
+    case Backend::Nccl: return "nccl";
+  }
+  return "unknown";
+}
+
+Backend parse_backend(const std::string& name) {
+  const std::string s = lower(name);
+  if (s == "auto") return Backend::Auto;
+  if (s == "mpi") return Backend::Mpi;
+  if (s == "gloo") return Backend::Gloo;
+  if (s == "nccl") return Backend::Nccl;
+  throw ConfigError("unknown communication backend '" + name + "'; use auto, mpi, gloo or nccl");
+}
+
+const char* reduce_op_name(ReduceOp op) noexcept {
+  switch (op) {
+    case ReduceOp::Sum: return "sum";
+    case ReduceOp::Prod: return "prod";
+    case ReduceOp::Min: return "min";
+    case ReduceOp::Max: return "max";
+    case ReduceOp::Avg: return "avg";
+  }
+  return "unknown";
+}
+
+ReduceOp parse_reduce_op(const std::string& name) {
+  const std::string s = lower(name);
+  if (s == "sum") return ReduceOp::Sum;
+  if (s == "prod" || s == "product") return ReduceOp::Prod;
+  if (s == "min") return ReduceOp::Min;
+  if (s == "max") return ReduceOp::Max;
+  if (s == "avg" || s == "mean") return ReduceOp::Avg;
+  throw ConfigError("unknown reduce op '" + name + "'; use sum, prod, min, max or avg");
+}
+
+CommOptions CommOptions::from_env() {
+  CommOptions options;
+  if (const char* t = std::getenv("TESSERA_COMM_TIMEOUT"); t != nullptr && *t != '\0') {
+    char* end = nullptr;
+    const double seconds = std::strtod(t, &end);
+    if (end == t || *end != '\0' || !std::isfinite(seconds) || seconds < 0)
+      throw ConfigError(std::string("TESSERA_COMM_TIMEOUT='") + t +
+                        "' is not a number of seconds >= 0 (0 disables the timeout)");
+    options.timeout = std::chrono::milliseconds(static_cast<long long>(std::llround(seconds * 1000)));
+  }
+  if (const char* c = std::getenv("TESSERA_COMM_CHECK"); c != nullptr && *c != '\0') {
+    const std::string v = lower(c);
+    if (v == "1" || v == "on" || v == "true" || v == "yes") {
+      options.check = true;
+    } else if (v == "0" || v == "off" || v == "false" || v == "no") {
+      options.check = false;
+    } else {
+      throw ConfigError(std::string("TESSERA_COMM_CHECK='") + c + "' must be 0 or 1");
+    }
+  }
+  return options;
+}
+
+namespace detail {
+
+const char* op_name(OpType type) noexcept {
+  switch (type) {
+    case OpType::Broadcast: return "broadcast";
+    case OpType::Scatter: return "scatter";
+    case OpType::Gather: return "gather";
+    case OpType::Reduce: return "reduce";
+    case OpType::AllReduce: return "all_reduce";
+    case OpType::AllGather: return "all_gather";
+    case OpType::ReduceScatter: return "reduce_scatter";
+    case OpType::AllToAll: return "all_to_all";
+    case OpType::Barrier: return "barrier";
+    case OpType::Send: return "send";
+    case OpType::Recv: return "recv";
+  }
+  return "unknown";
+}
+
+std::string describe(const Op& op) {
+  std::string s = op_name(op.type);
+  if (op.type == OpType::Barrier) return s;
+  s += " (" + std::to_string(op.count) + " x " + dtype_name(op.dtype);
+  if (is_reduction(op.type)) s += std::string(", ") + reduce_op_name(op.reduce);
+  if (op.type == OpType::Broadcast || op.type == OpType::Scatter || op.type == OpType::Gather ||
+      op.type == OpType::Reduce)
+    s += ", root " + std::to_string(op.root);
+  if (op.type == OpType::Send) s += ", to rank " + std::to_string(op.peer) + ", tag " + std::to_string(op.tag);
+  if (op.type == OpType::Recv) s += ", from rank " + std::to_string(op.peer) + ", tag " + std::to_string(op.tag);
+  return s + ")";
+}
+
+std::chrono::milliseconds Deadline::remaining() const noexcept {
+  if (none) return std::chrono::hours(24 * 365);
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(at - Clock::now());
+  return std::max(left, std::chrono::milliseconds(1));
+}
+
+void wait_mpi(MPI_Request& request, const Deadline& deadline, const char* what) {
+  int done = 0;
+  const auto start = Clock::now();
+  for (std::uint64_t spins = 0;; ++spins) {
+    TESSERA_CHECK_MPI(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
+    if (done) return;
+    if ((spins & 63) == 0) {
+      const auto now = Clock::now();
+      if (!deadline.none && now >= deadline.at) throw DeadlineExceeded{what};
+      const auto waited = now - start;
+      if (waited > std::chrono::milliseconds(20)) {
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+      } else if (waited > std::chrono::microseconds(200)) {
+        std::this_thread::yield();
+      }
+    }
+  }
+}
+
+MPI_Datatype mpi_datatype(DType dtype) {
+  switch (dtype) {
+    case DType::Float32: return MPI_FLOAT;
+    case DType::Float64: return MPI_DOUBLE;
+    case DType::Int32: return MPI_INT32_T;
+    case DType::Int64: return MPI_INT64_T;
+    case DType::BFloat16:
+    case DType::Float16: return MPI_UINT16_T;
+  }
+  throw ConfigError(std::string("no MPI datatype for ") + dtype_name(dtype));
+}
+
+}  // namespace detail
+}  // namespace tessera::comm

@@ -1,0 +1,159 @@
+#include "comm/watchdog.hpp"
+
+#include <tessera/core/session.hpp>
+
+#include <cstring>
+
+#include "comm/backend.hpp"
+#include "core/log.hpp"
+#include "core/mpi_check.hpp"
+
+namespace tessera::comm::detail {
+namespace {
+constexpr int kQueryTag = 7001;
+constexpr int kReplyTag = 7002;
+
+struct Reply {
+  std::uint64_t collectives_issued;
+  std::uint8_t member;
+  std::uint8_t last_op;
+  std::uint8_t pad[6];
+};
+
+std::mutex g_instance_mutex;
+Watchdog* g_instance = nullptr;
+}  // namespace
+
+Watchdog& Watchdog::instance() {
+  std::lock_guard<std::mutex> lock(g_instance_mutex);
+  if (g_instance == nullptr) {
+    g_instance = new Watchdog();
+    Session::at_finalize([] {
+      std::lock_guard<std::mutex> l(g_instance_mutex);
+      g_instance->stop();
+      delete g_instance;
+      g_instance = nullptr;
+    });
+  }
+  return *g_instance;
+}
+
+Watchdog::Watchdog() {
+  Session::current();  // throws a clear error when there is no Session
+  TESSERA_CHECK_MPI(MPI_Comm_dup(MPI_COMM_WORLD, &control_));
+  MPI_Comm_rank(control_, &world_rank_);
+  thread_ = std::thread([this] { loop(); });
+}
+
+void Watchdog::stop() {
+  {
+    std::lock_guard<std::mutex> lock(stop_mutex_);
+    stopping_ = true;
+  }
+  stop_cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  // Free only if MPI is still up; a query that never got matched is simply dropped.
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized && control_ != MPI_COMM_NULL) MPI_Comm_free(&control_);
+}
+
+void Watchdog::add(std::uint64_t comm_id, const Progress* progress) {
+  std::lock_guard<std::mutex> lock(registry_mutex_);
+  registry_[comm_id] = progress;
+}
+
+void Watchdog::remove(std::uint64_t comm_id) {
+  std::lock_guard<std::mutex> lock(g_instance_mutex);
+  if (g_instance == nullptr) return;
+  std::lock_guard<std::mutex> l(g_instance->registry_mutex_);
+  g_instance->registry_.erase(comm_id);
+}
+
+void Watchdog::loop() {
+  std::unique_lock<std::mutex> lock(stop_mutex_);
+  while (!stopping_) {
+    lock.unlock();
+    try {
+      for (;;) {
+        int flag = 0;
+        MPI_Status status;
+        TESSERA_CHECK_MPI(MPI_Iprobe(MPI_ANY_SOURCE, kQueryTag, control_, &flag, &status));
+        if (!flag) break;
+        std::uint64_t comm_id = 0;
+        TESSERA_CHECK_MPI(MPI_Recv(&comm_id, 1, MPI_UINT64_T, status.MPI_SOURCE, kQueryTag,
+                                   control_, MPI_STATUS_IGNORE));
+        Reply reply{};
+        {
+          std::lock_guard<std::mutex> l(registry_mutex_);
+          auto it = registry_.find(comm_id);
+          if (it != registry_.end()) {
+            reply.member = 1;
+            reply.collectives_issued = it->second->collectives_issued.load();
+            reply.last_op = it->second->last_op.load();
+          }
+        }
+        // The reply is small enough to go eagerly; the asker has posted its receive.
+        TESSERA_CHECK_MPI(MPI_Send(&reply, sizeof reply, MPI_BYTE, status.MPI_SOURCE, kReplyTag,
+                                   control_));
+      }
+    } catch (const std::exception& e) {
+      tessera::detail::logger().warn("watchdog: {}", e.what());
+    }
+    lock.lock();
+    stop_cv_.wait_for(lock, std::chrono::milliseconds(5));
+  }
+}
+
+std::vector<PeerStatus> Watchdog::query(std::uint64_t comm_id, const std::vector<int>& ranks,
+                                        std::chrono::milliseconds wait) {
+  std::lock_guard<std::mutex> lock(query_mutex_);
+  std::vector<PeerStatus> result;
+  std::vector<Reply> replies(ranks.size());
+  std::vector<MPI_Request> sends, recvs;
+  std::vector<std::size_t> index;
+  for (std::size_t i = 0; i < ranks.size(); ++i) {
+    if (ranks[i] == world_rank_) continue;
+    PeerStatus s;
+    s.world_rank = ranks[i];
+    result.push_back(s);
+    index.push_back(i);
+    MPI_Request sreq, rreq;
+    MPI_Irecv(&replies[i], sizeof(Reply), MPI_BYTE, ranks[i], kReplyTag, control_, &rreq);
+    MPI_Isend(&comm_id, 1, MPI_UINT64_T, ranks[i], kQueryTag, control_, &sreq);
+    sends.push_back(sreq);
+    recvs.push_back(rreq);
+  }
+  const auto deadline = Clock::now() + wait;
+  std::size_t pending = recvs.size();
+  while (pending > 0 && Clock::now() < deadline) {
+    for (std::size_t k = 0; k < recvs.size(); ++k) {
+      if (recvs[k] == MPI_REQUEST_NULL) continue;
+      int flag = 0;
+      MPI_Test(&recvs[k], &flag, MPI_STATUS_IGNORE);
+      if (flag) {
+        const Reply& r = replies[index[k]];
+        result[k].responded = true;
+        result[k].member = r.member != 0;
+        result[k].collectives_issued = r.collectives_issued;
+        result[k].last_op = r.last_op;
+        --pending;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  // Peers that never answered keep their requests; cancel the receives, and let the sends
+  // go (a dead peer's are dropped with the job).
+  for (auto& r : recvs) {
+    if (r != MPI_REQUEST_NULL) {
+      MPI_Cancel(&r);
+      MPI_Request_free(&r);
+    }
+  }
+  for (auto& s : sends) {
+    if (s != MPI_REQUEST_NULL) MPI_Request_free(&s);
+  }
+  return result;
+}
+
+}  // namespace tessera::comm::detail

@@ -1,0 +1,65 @@
+#pragma once
+// Internal: the process-wide watchdog. A background thread answers other ranks' questions
+// about this rank's progress on a communicator, so that a rank whose wait timed out can
+// name the ranks that never arrived. It polls a private duplicate of MPI_COMM_WORLD a few
+// hundred times a second and costs nothing on the data path.
+
+#include <mpi.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace tessera::comm::detail {
+
+/// Progress counters of one communicator on this rank, read by the watchdog thread.
+struct Progress {
+  std::atomic<std::uint64_t> collectives_issued{0};
+  std::atomic<std::uint64_t> ops_issued{0};
+  std::atomic<std::uint8_t> last_op{255};  // OpType of the last op issued; 255 = none
+};
+
+/// A peer's answer about one communicator.
+struct PeerStatus {
+  int world_rank = -1;
+  bool responded = false;  // false: no answer before the query deadline (dead or hung)
+  bool member = false;     // false: that rank has no such communicator (yet, or any more)
+  std::uint64_t collectives_issued = 0;
+  std::uint8_t last_op = 255;
+};
+
+class Watchdog {
+ public:
+  /// The process's watchdog, started on first use (collective over MPI_COMM_WORLD: every
+  /// rank reaches it through its first Communicator::create). Stopped at Session end.
+  static Watchdog& instance();
+
+  void add(std::uint64_t comm_id, const Progress* progress);
+  /// Forgets comm_id; safe to call after the watchdog has stopped (does nothing then).
+  static void remove(std::uint64_t comm_id);
+  /// Asks each world rank in `ranks` (this rank excluded) about comm_id; waits up to `wait`.
+  std::vector<PeerStatus> query(std::uint64_t comm_id, const std::vector<int>& ranks,
+                                std::chrono::milliseconds wait);
+
+ private:
+  Watchdog();
+  void stop();
+  void loop();
+
+  MPI_Comm control_ = MPI_COMM_NULL;
+  int world_rank_ = 0;
+  std::mutex registry_mutex_;
+  std::map<std::uint64_t, const Progress*> registry_;
+  std::mutex query_mutex_;  // one outgoing query at a time per process
+  std::mutex stop_mutex_;
+  std::condition_variable stop_cv_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace tessera::comm::detail

@@ -1,0 +1,28 @@
+#pragma once
+// Internal: host <-> device copies and pinned host buffers. Without CUDA in the build the
+// copies throw NotCompiledError (no device memory can exist then) and HostStaging uses
+// ordinary memory.
+
+#include <cstddef>
+
+namespace tessera::detail {
+
+void copy_device_to_host(void* host, const void* device, std::size_t bytes);
+void copy_host_to_device(void* device, const void* host, std::size_t bytes);
+
+/// A grow-only host buffer, page-locked when CUDA is present so device copies run at full speed.
+class HostStaging {
+ public:
+  HostStaging() = default;
+  ~HostStaging();
+  HostStaging(const HostStaging&) = delete;
+  HostStaging& operator=(const HostStaging&) = delete;
+  /// At least `bytes` bytes; contents are not preserved across growth.
+  void* reserve(std::size_t bytes);
+
+ private:
+  void* data_ = nullptr;
+  std::size_t capacity_ = 0;
+};
+
+}  // namespace tessera::detail

@@ -1,0 +1,40 @@
+// Built when the CUDA toolkit is present: pointer queries, copies and pinned staging.
+#include <tessera/core/memory.hpp>
+
+#include "core/cuda_check.hpp"
+#include "core/device_copy.hpp"
+
+namespace tessera {
+MemoryKind memory_kind_of(const void* ptr) noexcept {
+  if (ptr == nullptr) return MemoryKind::Host;
+  cudaPointerAttributes attr{};
+  if (cudaPointerGetAttributes(&attr, ptr) != cudaSuccess) {
+    cudaGetLastError();  // plain host pointers may report an error on old runtimes; clear it
+    return MemoryKind::Host;
+  }
+  return attr.type == cudaMemoryTypeDevice ? MemoryKind::Device : MemoryKind::Host;
+}
+
+namespace detail {
+void copy_device_to_host(void* host, const void* device, std::size_t bytes) {
+  TESSERA_CHECK_CUDA(cudaMemcpy(host, device, bytes, cudaMemcpyDeviceToHost));
+}
+void copy_host_to_device(void* device, const void* host, std::size_t bytes) {
+  TESSERA_CHECK_CUDA(cudaMemcpy(device, host, bytes, cudaMemcpyHostToDevice));
+}
+
+HostStaging::~HostStaging() {
+  if (data_ != nullptr) cudaFreeHost(data_);
+}
+void* HostStaging::reserve(std::size_t bytes) {
+  if (bytes > capacity_) {
+    if (data_ != nullptr) cudaFreeHost(data_);
+    data_ = nullptr;
+    capacity_ = 0;
+    TESSERA_CHECK_CUDA(cudaMallocHost(&data_, bytes));
+    capacity_ = bytes;
+  }
+  return data_;
+}
+}  // namespace detail
+}  // namespace tessera

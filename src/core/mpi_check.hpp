@@ -1,0 +1,23 @@
+#pragma once
+// Internal: checks an MPI call's return code and throws a tessera::CommError naming the
+// call, the rank and the place. Requires MPI_ERRORS_RETURN on the communicator (Session
+// sets it on MPI_COMM_WORLD; duplicates inherit it).
+
+#include <mpi.h>
+
+#include <string>
+
+#include <tessera/core/error.hpp>
+
+namespace tessera::detail {
+/// "MPI_ERR_TRUNCATE: message truncated" for an MPI error code.
+std::string mpi_error_string(int code);
+[[noreturn]] void throw_mpi_error(const char* call, int code, const char* file, int line);
+}  // namespace tessera::detail
+
+#define TESSERA_CHECK_MPI(call)                                                         \
+  do {                                                                                  \
+    const int tessera_mpi_rc_ = (call);                                                 \
+    if (tessera_mpi_rc_ != MPI_SUCCESS)                                                 \
+      ::tessera::detail::throw_mpi_error(#call, tessera_mpi_rc_, __FILE__, __LINE__);   \
+  } while (0)

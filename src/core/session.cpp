@@ -1,0 +1,132 @@
+#include <tessera/core/session.hpp>
+
+#include <Kokkos_Core.hpp>
+#include <mpi.h>
+
+#if __has_include(<mpi-ext.h>)
+#include <mpi-ext.h>
+#endif
+
+#include <atomic>
+#include <mutex>
+#include <vector>
+
+#include "core/log.hpp"
+#include "core/mpi_check.hpp"
+
+namespace tessera {
+namespace {
+std::atomic<Session*> g_session{nullptr};
+std::mutex g_finalizers_mutex;
+std::vector<std::function<void()>> g_finalizers;
+
+bool probe_cuda_aware_mpi() {
+#if defined(MPIX_CUDA_AWARE_SUPPORT) && MPIX_CUDA_AWARE_SUPPORT
+  return MPIX_Query_cuda_support() == 1;
+#else
+  return false;
+#endif
+}
+}  // namespace
+
+namespace detail {
+std::string mpi_error_string(int code) {
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  if (MPI_Error_string(code, text, &len) != MPI_SUCCESS) return "MPI error " + std::to_string(code);
+  return std::string(text, static_cast<std::size_t>(len));
+}
+
+void throw_mpi_error(const char* call, int code, const char* file, int line) {
+  std::string name(call);
+  name = name.substr(0, name.find('('));
+  throw CommError(name + " failed: " + mpi_error_string(code), file, line);
+}
+}  // namespace detail
+
+Session::Session(int& argc, char**& argv) { start(&argc, &argv); }
+Session::Session() { start(nullptr, nullptr); }
+
+void Session::start(int* argc, char*** argv) {
+  Session* expected = nullptr;
+  if (!g_session.compare_exchange_strong(expected, this))
+    throw Error("a tessera::Session is already alive in this process; create exactly one");
+
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  int provided = MPI_THREAD_SINGLE;
+  if (!initialized) {
+    // Async collectives run on a progress thread per communicator while the caller keeps
+    // using MPI, so every thread may call MPI at once.
+    const int rc = MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
+    if (rc != MPI_SUCCESS) {
+      g_session = nullptr;
+      throw CommError("MPI_Init_thread failed: " + detail::mpi_error_string(rc), __FILE__, __LINE__);
+    }
+    owns_mpi_ = true;
+  } else {
+    MPI_Query_thread(&provided);
+  }
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+  MPI_Comm_size(MPI_COMM_WORLD, &size_);
+  detail::set_error_rank(rank_);
+  if (provided < MPI_THREAD_MULTIPLE) {
+    g_session = nullptr;
+    if (owns_mpi_) MPI_Finalize();
+    detail::set_error_rank(-1);
+    throw ConfigError(
+        "the MPI library does not provide MPI_THREAD_MULTIPLE (got level " + std::to_string(provided) +
+        "), which Tessera's asynchronous collectives need; use an MPI built with thread support "
+        "(Cray MPICH: export MPICH_MAX_THREAD_SAFETY=multiple)");
+  }
+  cuda_aware_mpi_ = probe_cuda_aware_mpi();
+
+  if (!Kokkos::is_initialized()) {
+    if (argc != nullptr) {
+      Kokkos::initialize(*argc, *argv);
+    } else {
+      Kokkos::initialize();
+    }
+    owns_kokkos_ = true;
+  }
+  detail::logger().debug("session started: {} ranks, CUDA-aware MPI: {}", size_, cuda_aware_mpi_);
+}
+
+Session::~Session() {
+  std::vector<std::function<void()>> finalizers;
+  {
+    std::lock_guard<std::mutex> lock(g_finalizers_mutex);
+    finalizers.swap(g_finalizers);
+  }
+  for (auto it = finalizers.rbegin(); it != finalizers.rend(); ++it) {
+    try {
+      (*it)();
+    } catch (const std::exception& e) {
+      detail::logger().error("while finalizing: {}", e.what());
+    }
+  }
+  if (owns_kokkos_ && Kokkos::is_initialized()) Kokkos::finalize();
+  if (owns_mpi_) {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) MPI_Finalize();
+  }
+  g_session = nullptr;
+}
+
+bool Session::active() noexcept { return g_session.load() != nullptr; }
+
+Session& Session::current() {
+  Session* s = g_session.load();
+  if (s == nullptr)
+    throw Error("no tessera::Session is alive; create one at the top of main() before using Tessera");
+  return *s;
+}
+
+void Session::at_finalize(std::function<void()> fn) {
+  std::lock_guard<std::mutex> lock(g_finalizers_mutex);
+  g_finalizers.push_back(std::move(fn));
+}
+
+}  // namespace tessera
