@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <exception>
 #include <functional>
+#include <thread>
 
 #include <tessera/core/error.hpp>
 #include <tessera/core/session.hpp>
@@ -31,6 +32,9 @@ inline int run_app(int argc, char** argv, CLI::App& app, const std::function<int
     try {
       return body(session);
     } catch (const std::exception& e) {
+      // When every rank fails alike (bad input), rank 0's abort ends the job before the
+      // others print, so the user reads one message; a rank failing alone still reports.
+      if (session.rank() != 0) std::this_thread::sleep_for(std::chrono::milliseconds(500));
       std::fprintf(stderr, "%s: error: %s\n", name, e.what());
       std::fflush(stderr);
       if (session.size() > 1) MPI_Abort(MPI_COMM_WORLD, 1);

@@ -488,6 +488,7 @@ bool backend_compiled(Backend backend) noexcept {
   }
 }
 
+detail::Backend& Communicator::backend_impl() noexcept { return *state_->backend; }
 int Communicator::rank() const noexcept { return state_->rank; }
 int Communicator::size() const noexcept { return state_->size; }
 Backend Communicator::backend() const noexcept { return state_->backend->kind(); }

@@ -94,6 +94,9 @@ class Communicator {
   Work send_async(Buffer buffer, int peer, int tag = 0);
   Work recv_async(Buffer buffer, int peer, int tag = 0);
 
+  /// Internal: the backend object (for Tessera's own benchmarks and tests).
+  detail::Backend& backend_impl() noexcept;
+
   /// Internal: used by backends' factories.
   Communicator(std::unique_ptr<detail::Backend> backend, CommOptions options, std::string path);
 

@@ -1,0 +1,337 @@
+// The Gloo backend: Gloo's algorithms over its TCP transport. The full mesh of TCP pairs is
+// set up by exchanging their addresses over the communicator's MPI group, so Gloo needs no
+// store or rendezvous server. Gloo's calls take a timeout themselves, so no arrival fence.
+#include "comm/gloo/gloo_backend.hpp"
+
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/alltoall.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/common/error.h>
+#include <gloo/gather.h>
+#include <gloo/math.h>
+#include <gloo/reduce.h>
+#include <gloo/scatter.h>
+#include <gloo/transport/tcp/device.h>
+#include <gloo/transport/unbound_buffer.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <vector>
+
+#include "comm/backend.hpp"
+#include "core/mpi_check.hpp"
+
+namespace tessera::comm::detail {
+namespace {
+
+/// Point-to-point slots live far above Gloo's collective slots' tags.
+constexpr std::uint64_t kP2PSlotBase = 1ull << 40;
+constexpr std::uint64_t kRingSlotBase = 1ull << 41;
+
+std::chrono::milliseconds gloo_timeout(std::chrono::milliseconds t) {
+  return t.count() > 0 ? t : std::chrono::hours(24 * 365);
+}
+
+/// One TCP device per process, shared by every Gloo communicator. Its address comes from
+/// TESSERA_GLOO_IFNAME (a network interface) or TESSERA_GLOO_HOSTNAME, else the host name.
+std::shared_ptr<gloo::transport::Device> tcp_device() {
+  static std::mutex mutex;
+  static std::shared_ptr<gloo::transport::Device> device;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (!device) {
+    gloo::transport::tcp::attr attr;
+    if (const char* ifname = std::getenv("TESSERA_GLOO_IFNAME"); ifname && *ifname) {
+      attr.iface = ifname;
+    } else if (const char* host = std::getenv("TESSERA_GLOO_HOSTNAME"); host && *host) {
+      attr.hostname = host;
+    } else {
+      char name[256] = {};
+      gethostname(name, sizeof name - 1);
+      attr.hostname = name;
+    }
+    try {
+      device = gloo::transport::tcp::CreateDevice(attr);
+    } catch (const std::exception& e) {
+      throw CommError(std::string("gloo: cannot open a TCP device (") + e.what() +
+                          "); set TESSERA_GLOO_IFNAME to a network interface or TESSERA_GLOO_HOSTNAME "
+                          "to an address of this host",
+                      __FILE__, __LINE__);
+    }
+  }
+  return device;
+}
+
+/// A gloo::Context whose pairs are connected by an address exchange over MPI.
+class MpiBootstrappedContext final : public gloo::Context {
+ public:
+  MpiBootstrappedContext(MPI_Comm comm, int rank, int size, std::chrono::milliseconds timeout)
+      : gloo::Context(rank, size) {
+    setTimeout(timeout);
+    device_ = tcp_device();
+    transportContext_ = device_->createContext(rank, size);
+    transportContext_->setTimeout(timeout);
+    std::vector<std::vector<char>> local(static_cast<std::size_t>(size));
+    std::uint64_t length = 0;
+    for (int i = 0; i < size; ++i) {
+      if (i == rank) continue;
+      auto& pair = transportContext_->createPair(i);
+      local[static_cast<std::size_t>(i)] = pair->address().bytes();
+      length = std::max<std::uint64_t>(length, local[static_cast<std::size_t>(i)].size());
+    }
+    TESSERA_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &length, 1, MPI_UINT64_T, MPI_MAX, comm));
+    const auto L = static_cast<std::size_t>(length);
+    std::vector<char> out(L * static_cast<std::size_t>(size)), in(out.size());
+    for (int i = 0; i < size; ++i) {
+      const auto& a = local[static_cast<std::size_t>(i)];
+      std::copy(a.begin(), a.end(), out.begin() + static_cast<std::ptrdiff_t>(L * static_cast<std::size_t>(i)));
+    }
+    TESSERA_CHECK_MPI(MPI_Alltoall(out.data(), static_cast<int>(L), MPI_BYTE, in.data(), static_cast<int>(L),
+                                   MPI_BYTE, comm));
+    for (int i = 0; i < size; ++i) {
+      if (i == rank) continue;
+      const auto begin = in.begin() + static_cast<std::ptrdiff_t>(L * static_cast<std::size_t>(i));
+      transportContext_->getPair(i)->connect(std::vector<char>(begin, begin + static_cast<std::ptrdiff_t>(L)));
+    }
+  }
+};
+
+using ReduceFn = void (*)(void*, const void*, const void*, std::size_t);
+
+template <class T>
+ReduceFn reduce_function(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum: return static_cast<ReduceFn>(&gloo::sum<T>);
+    case ReduceOp::Prod: return static_cast<ReduceFn>(&gloo::product<T>);
+    case ReduceOp::Min: return static_cast<ReduceFn>(&gloo::min<T>);
+    case ReduceOp::Max: return static_cast<ReduceFn>(&gloo::max<T>);
+    case ReduceOp::Avg: break;
+  }
+  throw CommError("the gloo backend got reduce op avg, which the front end should have rewritten");
+}
+
+class GlooBackend final : public Backend {
+ public:
+  GlooBackend(MPI_Comm group, const CommOptions& options) : comm_(group) {
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &size_);
+    try {
+      context_ = std::make_shared<MpiBootstrappedContext>(comm_, rank_, size_, gloo_timeout(options.timeout));
+    } catch (const gloo::Exception& e) {
+      MPI_Comm_free(&comm_);
+      throw CommError(std::string("gloo: connecting the full mesh failed: ") + e.what(), __FILE__, __LINE__);
+    }
+  }
+  ~GlooBackend() override {
+    context_.reset();
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) MPI_Comm_free(&comm_);
+  }
+
+  comm::Backend kind() const noexcept override { return comm::Backend::Gloo; }
+  MPI_Comm group() const noexcept override { return comm_; }
+  bool needs_arrival_fence() const noexcept override { return false; }
+  bool accepts_device_memory() const noexcept override { return false; }
+  std::unique_ptr<Backend> make_child(MPI_Comm group, const CommOptions& options) override {
+    return std::make_unique<GlooBackend>(group, options);
+  }
+  std::shared_ptr<gloo::Context> context() const { return context_; }
+
+  void execute(const Op& op, const Deadline& deadline) override {
+    try {
+      switch (op.dtype) {
+        case DType::Float32: run<float>(op, deadline); break;
+        case DType::Float64: run<double>(op, deadline); break;
+        case DType::Int32: run<std::int32_t>(op, deadline); break;
+        case DType::Int64: run<std::int64_t>(op, deadline); break;
+        case DType::BFloat16:
+        case DType::Float16: run<std::uint16_t>(op, deadline); break;  // data movement only
+      }
+    } catch (const gloo::IoException& e) {
+      if (deadline.expired() || std::strstr(e.what(), "Timed out") != nullptr)
+        throw DeadlineExceeded{"in gloo " + std::string(op_name(op.type))};
+      throw CommError(std::string("gloo ") + op_name(op.type) + " failed: " + e.what(), __FILE__, __LINE__);
+    } catch (const gloo::Exception& e) {
+      throw CommError(std::string("gloo ") + op_name(op.type) + " failed: " + e.what(), __FILE__, __LINE__);
+    }
+  }
+
+ private:
+  template <class T>
+  void run(const Op& op, const Deadline& deadline) {
+    const auto timeout = deadline.remaining();
+    const auto tag = static_cast<std::uint32_t>(op.seq);
+    const std::size_t n = op.count, all = n * static_cast<std::size_t>(size_);
+    T* send = static_cast<T*>(op.send.data);
+    T* recv = static_cast<T*>(op.recv.data);
+    const bool root = rank_ == op.root;
+    switch (op.type) {
+      case OpType::Broadcast: {
+        gloo::BroadcastOptions o(context_);
+        o.setOutput(recv, n);
+        o.setRoot(op.root);
+        o.setTag(tag);
+        o.setTimeout(timeout);
+        gloo::broadcast(o);
+        break;
+      }
+      case OpType::AllReduce: {
+        gloo::AllreduceOptions o(context_);
+        if (send != recv) o.setInput(send, n);
+        o.setOutput(recv, n);
+        o.setReduceFunction(reduce_function<T>(op.reduce));
+        o.setTag(tag);
+        o.setTimeout(timeout);
+        gloo::allreduce(o);
+        break;
+      }
+      case OpType::Reduce: {
+        gloo::ReduceOptions o(context_);
+        // Gloo needs an output on every rank (it reduces through it); non-roots use scratch.
+        T* out = recv;
+        if (!root) out = scratch<T>(n);
+        if (send != out) o.setInput(send, n);
+        o.setOutput(out, n);
+        o.setRoot(op.root);
+        o.setReduceFunction(reduce_function<T>(op.reduce));
+        o.setTag(tag);
+        o.setTimeout(timeout);
+        gloo::reduce(o);
+        break;
+      }
+      case OpType::AllGather: {
+        gloo::AllgatherOptions o(context_);
+        if (send != recv + n * static_cast<std::size_t>(rank_)) o.setInput(send, n);
+        o.setOutput(recv, all);
+        o.setTag(tag);
+        o.setTimeout(timeout);
+        gloo::allgather(o);
+        break;
+      }
+      case OpType::Gather: {
+        gloo::GatherOptions o(context_);
+        T* in = send;
+        if (root && send == recv + n * static_cast<std::size_t>(op.root)) {
+          in = scratch<T>(n);
+          std::memcpy(in, send, n * sizeof(T));
+        }
+        o.setInput(in, n);
+        if (root) o.setOutput(recv, all);
+        o.setRoot(op.root);
+        o.setTag(tag);
+        o.setTimeout(timeout);
+        gloo::gather(o);
+        break;
+      }
+      case OpType::Scatter: {
+        gloo::ScatterOptions o(context_);
+        T* out = recv;
+        const bool in_place = root && recv == send + n * static_cast<std::size_t>(op.root);
+        if (in_place) out = scratch<T>(n);
+        if (root) {
+          std::vector<T*> blocks(static_cast<std::size_t>(size_));
+          for (int i = 0; i < size_; ++i) blocks[static_cast<std::size_t>(i)] = send + n * static_cast<std::size_t>(i);
+          o.setInputs(blocks, n);
+        }
+        o.setOutput(out, n);
+        o.setRoot(op.root);
+        o.setTag(tag);
+        o.setTimeout(timeout);
+        gloo::scatter(o);
+        if (in_place) std::memcpy(recv, out, n * sizeof(T));
+        break;
+      }
+      case OpType::AllToAll: {
+        gloo::AlltoallOptions o(context_);
+        o.setInput(send, all);
+        o.setOutput(recv, all);
+        o.setTag(tag);
+        o.setTimeout(timeout);
+        gloo::alltoall(o);
+        break;
+      }
+      case OpType::ReduceScatter:
+        ring_reduce_scatter<T>(op, timeout);
+        break;
+      case OpType::Barrier: {
+        gloo::BarrierOptions o(context_);
+        o.setTag(tag);
+        o.setTimeout(timeout);
+        gloo::barrier(o);
+        break;
+      }
+      case OpType::Send: {
+        auto buffer = context_->createUnboundBuffer(send, n * sizeof(T));
+        buffer->send(op.peer, kP2PSlotBase + static_cast<std::uint64_t>(op.tag));
+        buffer->waitSend(timeout);
+        break;
+      }
+      case OpType::Recv: {
+        auto buffer = context_->createUnboundBuffer(recv, n * sizeof(T));
+        buffer->recv(op.peer, kP2PSlotBase + static_cast<std::uint64_t>(op.tag));
+        buffer->waitRecv(timeout);
+        break;
+      }
+    }
+  }
+
+  /// Ring reduce-scatter over Gloo's unbound buffers: p-1 steps, each sending one block to
+  /// the right neighbour and folding the block from the left into a running sum, so every
+  /// rank moves (p-1)/p of the data (Gloo has no such collective in its options API).
+  template <class T>
+  void ring_reduce_scatter(const Op& op, std::chrono::milliseconds timeout) {
+    const std::size_t n = op.count, p = static_cast<std::size_t>(size_);
+    const auto r = static_cast<std::size_t>(rank_);
+    T* work = scratch<T>(n * p + n);
+    T* incoming = work + n * p;
+    std::memcpy(work, op.send.data, n * p * sizeof(T));
+    if (p > 1) {
+      const auto fn = reduce_function<T>(op.reduce);
+      auto out = context_->createUnboundBuffer(work, n * p * sizeof(T));
+      auto in = context_->createUnboundBuffer(incoming, n * sizeof(T));
+      const int right = static_cast<int>((r + 1) % p), left = static_cast<int>((r + p - 1) % p);
+      // Distinct slots per op and step (Gloo matches on slot and source rank).
+      const std::uint64_t slot = kRingSlotBase + ((op.seq & 0xfffff) << 20);
+      for (std::size_t step = 0; step + 1 < p; ++step) {
+        const std::size_t send_block = (r + 2 * p - step - 1) % p;
+        const std::size_t recv_block = (r + 2 * p - step - 2) % p;
+        out->send(right, slot + step, send_block * n * sizeof(T), n * sizeof(T));
+        in->recv(left, slot + step, 0, n * sizeof(T));
+        in->waitRecv(timeout);
+        fn(work + recv_block * n, work + recv_block * n, incoming, n);
+        out->waitSend(timeout);
+      }
+    }
+    std::memcpy(op.recv.data, work + r * n, n * sizeof(T));
+  }
+
+  template <class T>
+  T* scratch(std::size_t n) {
+    scratch_.resize(std::max(scratch_.size(), n * sizeof(T)));
+    return reinterpret_cast<T*>(scratch_.data());
+  }
+
+  MPI_Comm comm_;
+  int rank_ = 0;
+  int size_ = 1;
+  std::shared_ptr<gloo::Context> context_;
+  std::vector<char> scratch_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_gloo_backend(MPI_Comm group, const CommOptions& options) {
+  return std::make_unique<GlooBackend>(group, options);
+}
+
+std::shared_ptr<gloo::Context> gloo_context(Communicator& comm) {
+  auto* gloo = dynamic_cast<GlooBackend*>(&comm.backend_impl());
+  if (gloo == nullptr) throw ConfigError("gloo_context: the communicator does not use the gloo backend");
+  return gloo->context();
+}
+
+}  // namespace tessera::comm::detail
