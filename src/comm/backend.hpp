@@ -66,6 +66,14 @@ struct DeadlineExceeded {
   std::string what;  // e.g. "waiting in MPI_Ibarrier"
 };
 
+/// A point-to-point transfer that has been posted and not yet waited for.
+class PendingTransfer {
+ public:
+  virtual ~PendingTransfer() = default;
+  /// Blocks until the transfer completes; throws DeadlineExceeded or CommError.
+  virtual void wait(const Deadline& deadline) = 0;
+};
+
 /// A backend: moves data for ops whose dtype it handles natively, in the memory it accepts.
 class Backend {
  public:
@@ -81,8 +89,11 @@ class Backend {
   /// True when bfloat16/float16 reductions and ReduceOp::Avg are handled by the backend;
   /// otherwise the front end reduces in float32 and divides by size().
   virtual bool native_half_and_avg() const noexcept { return false; }
-  /// Runs op to completion on the calling thread. Throws DeadlineExceeded or CommError.
+  /// Runs a collective to completion on the calling thread. Throws DeadlineExceeded or CommError.
   virtual void execute(const Op& op, const Deadline& deadline) = 0;
+  /// Posts a send or recv without waiting for it (so that two ranks can each post a send
+  /// and then a receive without deadlock).
+  virtual std::unique_ptr<PendingTransfer> post(const Op& op) = 0;
   /// A backend of the same kind over `group` (takes ownership of it).
   virtual std::unique_ptr<Backend> make_child(MPI_Comm group, const CommOptions& options) = 0;
   /// Called once after a failure, so the backend can release what a stuck op holds.

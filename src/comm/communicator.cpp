@@ -133,10 +133,13 @@ class CommState {
   ~CommState() {
     {
       std::lock_guard<std::mutex> lock(mutex);
+      std::lock_guard<std::mutex> lock2(transfer_mutex);
       stopping = true;
     }
     cv.notify_all();
+    transfer_cv.notify_all();
     if (worker.joinable()) worker.join();
+    if (transfer_thread.joinable()) transfer_thread.join();
     Watchdog::remove(id);
     int finalized = 0;
     MPI_Finalized(&finalized);
@@ -166,6 +169,65 @@ class CommState {
   std::thread worker;
 
   tessera::detail::HostStaging stage_in, stage_out, f32_in, f32_out;
+
+  /// A posted send/recv and what completing it takes.
+  struct Transfer {
+    std::shared_ptr<WorkState> work;
+    std::unique_ptr<PendingTransfer> pending;
+    Deadline deadline;
+    std::vector<char> staging;  // host copy of a device buffer, for backends that need one
+  };
+  std::mutex transfer_mutex;
+  std::condition_variable transfer_cv;
+  std::deque<Transfer> transfers;
+  std::thread transfer_thread;
+
+  /// Waits for a posted transfer and records how it ended in its WorkState.
+  void finish(Transfer& t) {
+    WorkState& w = *t.work;
+    try {
+      t.pending->wait(t.deadline);
+      if (w.op.type == OpType::Recv && !t.staging.empty())
+        tessera::detail::copy_host_to_device(w.op.recv.data, t.staging.data(), t.staging.size());
+    } catch (const DeadlineExceeded& e) {
+      try {
+        timed_out(w.op, e.what);
+      } catch (...) {
+        w.error = std::current_exception();
+      }
+    } catch (const Error& e) {
+      fail(e.message());
+      w.error = std::current_exception();
+    }
+    {
+      std::lock_guard<std::mutex> lock(w.mutex);
+      w.done.store(true);
+    }
+    w.cv.notify_all();
+  }
+
+  void transfer_loop() {
+    for (;;) {
+      Transfer t;
+      {
+        std::unique_lock<std::mutex> lock(transfer_mutex);
+        transfer_cv.wait(lock, [&] { return stopping || !transfers.empty(); });
+        if (transfers.empty()) return;
+        t = std::move(transfers.front());
+        transfers.pop_front();
+      }
+      finish(t);
+    }
+  }
+
+  void enqueue(Transfer t) {
+    {
+      std::lock_guard<std::mutex> lock(transfer_mutex);
+      if (!transfer_thread.joinable()) transfer_thread = std::thread([this] { transfer_loop(); });
+      transfers.push_back(std::move(t));
+    }
+    transfer_cv.notify_one();
+  }
 
   bool idle() {
     std::lock_guard<std::mutex> lock(mutex);
@@ -528,6 +590,7 @@ Work Communicator::submit(Op op, bool async) {
   op.seq = s.progress.ops_issued.fetch_add(1);
   if (detail::is_collective(op.type)) op.coll_seq = s.progress.collectives_issued.fetch_add(1);
   s.progress.last_op.store(static_cast<std::uint8_t>(op.type));
+  if (!detail::is_collective(op.type)) return submit_transfer(op, async);
   if (!async && s.idle()) {
     s.run(op);
     return {};
@@ -539,6 +602,46 @@ Work Communicator::submit(Op op, bool async) {
   Work work(w);
   if (async) return work;
   work.wait();
+  return {};
+}
+
+Work Communicator::submit_transfer(Op op, bool async) {
+  auto& s = *state_;
+  if (op.count == 0) return {};
+  auto w = std::make_shared<detail::WorkState>();
+  w->comm = &s;
+  w->started_at = detail::Clock::now();
+  w->started.store(true);
+  w->op = op;
+  detail::CommState::Transfer t;
+  t.work = w;
+  t.deadline = detail::Deadline::after(s.options.timeout);
+  Op posted = op;
+  if (op.memory == MemoryKind::Device && !s.backend->accepts_device_memory()) {
+    t.staging.resize(op.count * dtype_size(op.dtype));
+    Buffer host(t.staging.data(), op.count, op.dtype, MemoryKind::Host);
+    if (op.type == OpType::Send) {
+      tessera::detail::copy_device_to_host(t.staging.data(), op.send.data, t.staging.size());
+      posted.send = host;
+    } else {
+      posted.recv = host;
+    }
+    posted.memory = MemoryKind::Host;
+  }
+  try {
+    t.pending = s.backend->post(posted);
+  } catch (const ConfigError&) {
+    throw;
+  } catch (const Error& e) {
+    s.fail(e.message());
+    throw;
+  }
+  if (async) {
+    s.enqueue(std::move(t));
+    return Work(w);
+  }
+  s.finish(t);
+  if (w->error) std::rethrow_exception(w->error);
   return {};
 }
 

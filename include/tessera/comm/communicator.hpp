@@ -102,6 +102,7 @@ class Communicator {
 
  private:
   Work submit(detail::Op op, bool async);
+  Work submit_transfer(detail::Op op, bool async);
   std::unique_ptr<detail::CommState> state_;
 };
 

@@ -11,8 +11,10 @@ struct WorkState;
 
 /// Handle to an operation started with one of the *_async calls. The operation's buffers
 /// must stay alive and untouched until wait() returns or test() returns true. Several
-/// handles may be in flight on one communicator; they complete in the order they were
-/// started. Destroying an unfinished handle does not cancel the operation.
+/// handles may be in flight on one communicator: collectives run in the order they were
+/// started, on the communicator's progress thread; sends and receives are posted at once
+/// and complete independently of the collectives. Destroying an unfinished handle does not
+/// cancel the operation.
 class Work {
  public:
   /// An empty handle, already complete.

@@ -113,6 +113,21 @@ ReduceFn reduce_function(ReduceOp op) {
   throw CommError("the gloo backend got reduce op avg, which the front end should have rewritten");
 }
 
+struct GlooTransfer final : PendingTransfer {
+  std::unique_ptr<gloo::transport::UnboundBuffer> buffer;
+  bool send = true;
+  void wait(const Deadline& deadline) override {
+    try {
+      if (send) buffer->waitSend(deadline.remaining());
+      else buffer->waitRecv(deadline.remaining());
+    } catch (const gloo::IoException& e) {
+      if (deadline.expired() || std::strstr(e.what(), "Timed out") != nullptr)
+        throw DeadlineExceeded{send ? "in gloo send, waiting for the receiver" : "in gloo recv, waiting for the sender"};
+      throw CommError(std::string("gloo ") + (send ? "send" : "recv") + " failed: " + e.what(), __FILE__, __LINE__);
+    }
+  }
+};
+
 class GlooBackend final : public Backend {
  public:
   GlooBackend(MPI_Comm group, const CommOptions& options) : comm_(group) {
@@ -140,6 +155,21 @@ class GlooBackend final : public Backend {
     return std::make_unique<GlooBackend>(group, options);
   }
   std::shared_ptr<gloo::Context> context() const { return context_; }
+
+  std::unique_ptr<PendingTransfer> post(const Op& op) override {
+    auto pending = std::make_unique<GlooTransfer>();
+    pending->send = op.type == OpType::Send;
+    const std::size_t bytes = op.count * dtype_size(op.dtype);
+    const std::uint64_t slot = kP2PSlotBase + static_cast<std::uint64_t>(op.tag);
+    try {
+      pending->buffer = context_->createUnboundBuffer(pending->send ? op.send.data : op.recv.data, bytes);
+      if (pending->send) pending->buffer->send(op.peer, slot);
+      else pending->buffer->recv(op.peer, slot);
+    } catch (const gloo::Exception& e) {
+      throw CommError(std::string("gloo ") + op_name(op.type) + " failed: " + e.what(), __FILE__, __LINE__);
+    }
+    return pending;
+  }
 
   void execute(const Op& op, const Deadline& deadline) override {
     try {
@@ -264,18 +294,9 @@ class GlooBackend final : public Backend {
         gloo::barrier(o);
         break;
       }
-      case OpType::Send: {
-        auto buffer = context_->createUnboundBuffer(send, n * sizeof(T));
-        buffer->send(op.peer, kP2PSlotBase + static_cast<std::uint64_t>(op.tag));
-        buffer->waitSend(timeout);
-        break;
-      }
-      case OpType::Recv: {
-        auto buffer = context_->createUnboundBuffer(recv, n * sizeof(T));
-        buffer->recv(op.peer, kP2PSlotBase + static_cast<std::uint64_t>(op.tag));
-        buffer->waitRecv(timeout);
-        break;
-      }
+      case OpType::Send:
+      case OpType::Recv:
+        throw CommError("point-to-point ops are posted, not executed");
     }
   }
 

@@ -32,6 +32,21 @@ int mpi_count(std::size_t n, const Op& op) {
   return static_cast<int>(n);
 }
 
+struct MpiTransfer final : PendingTransfer {
+  MPI_Request request = MPI_REQUEST_NULL;
+  const char* what = "";
+  void wait(const Deadline& deadline) override { wait_mpi(request, deadline, what); }
+  ~MpiTransfer() override {
+    // A transfer abandoned after a timeout must not match a later message.
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (request != MPI_REQUEST_NULL && !finalized) {
+      MPI_Cancel(&request);
+      MPI_Request_free(&request);
+    }
+  }
+};
+
 class MpiBackend final : public Backend {
  public:
   explicit MpiBackend(MPI_Comm group) : comm_(group) {
@@ -107,21 +122,23 @@ class MpiBackend final : public Backend {
         wait_mpi(request, deadline, "in MPI_Ibarrier");
         break;
       }
-      case OpType::Send: {
-        MPI_Request request;
-        TESSERA_CHECK_MPI(MPI_Isend(send, n, type, op.peer, op.tag, comm_, &request));
-        wait_mpi(request, deadline, "in MPI_Isend, waiting for the receiver");
-        break;
-      }
-      case OpType::Recv: {
-        MPI_Request request;
-        MPI_Status status;
-        TESSERA_CHECK_MPI(MPI_Irecv(recv, n, type, op.peer, op.tag, comm_, &request));
-        wait_mpi(request, deadline, "in MPI_Irecv, waiting for the sender");
-        (void)status;
-        break;
-      }
+      case OpType::Send:
+      case OpType::Recv:
+        throw CommError("point-to-point ops are posted, not executed");
     }
+  }
+
+  std::unique_ptr<PendingTransfer> post(const Op& op) override {
+    auto pending = std::make_unique<MpiTransfer>();
+    const int n = mpi_count(op.count, op);
+    if (op.type == OpType::Send) {
+      pending->what = "in MPI_Isend, waiting for the receiver";
+      TESSERA_CHECK_MPI(MPI_Isend(op.send.data, n, mpi_datatype(op.dtype), op.peer, op.tag, comm_, &pending->request));
+    } else {
+      pending->what = "in MPI_Irecv, waiting for the sender";
+      TESSERA_CHECK_MPI(MPI_Irecv(op.recv.data, n, mpi_datatype(op.dtype), op.peer, op.tag, comm_, &pending->request));
+    }
+    return pending;
   }
 
  private:
