@@ -899,8 +899,8 @@ Op make_p2p(const CommState& s, OpType type, Buffer b, int peer, int tag) {
   if (peer < 0 || peer >= s.size)
     bad(fn, "peer " + std::to_string(peer) + " is out of range; this communicator has ranks 0.." +
                 std::to_string(s.size - 1));
-  if (peer == s.rank) bad(fn, "peer is this rank itself (" + std::to_string(peer) + "); copy the data locally");
   if (tag < 0) bad(fn, "tag " + std::to_string(tag) + " is negative; use a tag >= 0");
+  if (peer == s.rank) bad(fn, "peer is this rank itself (" + std::to_string(peer) + "); copy the data locally");
   c.data(b, b.count, "buffer");
   c.memory(b.memory);
   Op op;

@@ -194,7 +194,8 @@ class GlooBackend final : public Backend {
   template <class T>
   void run(const Op& op, const Deadline& deadline) {
     const auto timeout = deadline.remaining();
-    const auto tag = static_cast<std::uint32_t>(op.seq);
+    // Tags must agree across ranks, so they count collectives only (sends differ by rank).
+    const auto tag = static_cast<std::uint32_t>(op.coll_seq);
     const std::size_t n = op.count, all = n * static_cast<std::size_t>(size_);
     T* send = static_cast<T*>(op.send.data);
     T* recv = static_cast<T*>(op.recv.data);
@@ -316,7 +317,7 @@ class GlooBackend final : public Backend {
       auto in = context_->createUnboundBuffer(incoming, n * sizeof(T));
       const int right = static_cast<int>((r + 1) % p), left = static_cast<int>((r + p - 1) % p);
       // Distinct slots per op and step (Gloo matches on slot and source rank).
-      const std::uint64_t slot = kRingSlotBase + ((op.seq & 0xfffff) << 20);
+      const std::uint64_t slot = kRingSlotBase + ((op.coll_seq & 0xfffff) << 20);
       for (std::size_t step = 0; step + 1 < p; ++step) {
         const std::size_t send_block = (r + 2 * p - step - 1) % p;
         const std::size_t recv_block = (r + 2 * p - step - 2) % p;

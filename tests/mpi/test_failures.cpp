@@ -1,0 +1,161 @@
+// Bad arguments, timeouts and cross-rank op checks: each failure is a clear error, raised
+// on the ranks it concerns, never a hang or undefined behaviour.
+#include <gtest/gtest.h>
+
+#include <thread>
+#include <vector>
+
+#include <tessera/tessera.hpp>
+
+#include "test_support.hpp"
+
+namespace {
+using namespace tessera;
+using comm::ReduceOp;
+using test::world;
+
+TEST(BadArguments, EachIsAConfigErrorThatSaysWhatIsWrong) {
+  auto& c = world();
+  const auto p = static_cast<std::size_t>(c.size());
+  std::vector<float> a(32), small(32 * p - 1), big(32 * p);
+  std::vector<double> d(32);
+  std::vector<int> ints(32);
+
+  EXPECT_THROW_WITH(c.all_gather({a.data(), 32}, {small.data(), small.size()}), ConfigError,
+                    "all_gather: output has " + std::to_string(small.size()) + " elements, needs size()*input = " +
+                        std::to_string(p) + "*32 = " + std::to_string(32 * p));
+  EXPECT_THROW_WITH(c.broadcast({a.data(), 32}, c.size()), ConfigError,
+                    "broadcast: root " + std::to_string(c.size()) + " is out of range");
+  EXPECT_THROW_WITH(c.reduce({a.data(), 32}, {a.data(), 32}, ReduceOp::Sum, -1), ConfigError, "root -1 is out of range");
+  EXPECT_THROW_WITH(c.gather({a.data(), 32}, {big.data(), big.size()}, 99), ConfigError, "gather: root 99");
+  EXPECT_THROW_WITH(c.all_reduce({a.data(), 32}, {d.data(), 32}), ConfigError,
+                    "input is float32 but output is float64");
+  EXPECT_THROW_WITH(c.all_reduce({ints.data(), 32}, ReduceOp::Avg), ConfigError,
+                    "avg is defined for floating-point dtypes only, not int32");
+  EXPECT_THROW_WITH(c.all_reduce({a.data(), 16}, {a.data() + 8, 16}), ConfigError,
+                    "input and output overlap; the only in-place form allowed is output == input");
+  EXPECT_THROW_WITH(c.all_to_all({big.data(), big.size()}, {big.data(), big.size()}), ConfigError,
+                    "all_to_all: input and output overlap; use separate buffers");
+  EXPECT_THROW_WITH(c.all_reduce({static_cast<float*>(nullptr), 8}, {a.data(), 8}), ConfigError,
+                    "input is null but 8 elements are needed");
+  EXPECT_THROW_WITH(c.send({a.data(), 4}, c.rank()), ConfigError, "send: peer is this rank itself");
+  EXPECT_THROW_WITH(c.recv({a.data(), 4}, c.size() + 2), ConfigError, "recv: peer " + std::to_string(c.size() + 2));
+  EXPECT_THROW_WITH(c.send({a.data(), 4}, (c.rank() + 1) % c.size(), -3), ConfigError, "tag -3 is negative");
+  if (c.size() > 1) {
+    EXPECT_THROW_WITH(c.reduce_scatter({a.data(), p * 3 + 1}, {a.data(), 3}), ConfigError,
+                      "does not divide into " + std::to_string(p) + " equal blocks");
+  }
+  Kokkos::View<double**, Kokkos::LayoutRight, HostMemorySpace> m("m", 4, 4);
+  auto column = Kokkos::subview(m, Kokkos::ALL(), 1);
+  EXPECT_THROW_WITH(c.broadcast(column, 0), ConfigError, "is not contiguous");
+
+  // None of the above reached the backend: the communicator still works.
+  EXPECT_TRUE(c.usable());
+  int one = 1;
+  c.all_reduce({&one, 1});
+  EXPECT_EQ(one, c.size());
+}
+
+TEST(BadArguments, BackendsNotCompiledInSayHowToGetThem) {
+  if (!comm::backend_compiled(comm::Backend::Nccl)) {
+    EXPECT_THROW_WITH(comm::Communicator::create(comm::Backend::Nccl), NotCompiledError,
+                      "rebuild with TESSERA_ENABLE_NCCL=ON");
+  }
+  if (!comm::backend_compiled(comm::Backend::Gloo)) {
+    EXPECT_THROW_WITH(comm::Communicator::create(comm::Backend::Gloo), NotCompiledError,
+                      "rebuild with TESSERA_ENABLE_GLOO=ON");
+  }
+}
+
+/// A fresh communicator over all ranks with a short timeout, for tests that break it.
+std::unique_ptr<comm::Communicator> breakable(const std::string& name, std::chrono::milliseconds timeout) {
+  auto sub = world().split(0, world().rank(), name);
+  sub->set_timeout(timeout);
+  return sub;
+}
+
+TEST(Timeout, BlockingCollectiveNamesTheOpAndTheRankThatNeverCame) {
+  auto& w = world();
+  if (w.size() < 2) GTEST_SKIP() << "needs a second rank to stay away";
+  auto sub = breakable("flaky", std::chrono::milliseconds(700));
+  const int absent = w.size() - 1;
+  std::vector<float> x(1024, 1.0f);
+  sub->broadcast({x.data(), 8}, 0);  // collective #0 completes everywhere
+  if (w.rank() != absent) {
+    try {
+      sub->all_reduce({x.data(), x.size()});
+      ADD_FAILURE() << "expected a TimeoutError";
+    } catch (const TimeoutError& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find("all_reduce (1024 x float32, sum), collective #1 on communicator 'flaky'"), std::string::npos) << m;
+      EXPECT_NE(m.find("timed out after 0.7 s"), std::string::npos) << m;
+      EXPECT_NE(m.find("Ranks that did not arrive: " + std::to_string(absent) + " (has issued 1 collectives, last op broadcast)"),
+                std::string::npos)
+          << m;
+    }
+    EXPECT_FALSE(sub->usable());
+    EXPECT_THROW_WITH(sub->barrier(), CommError, "is unusable after an earlier failure");
+  }
+  w.barrier();
+}
+
+TEST(Timeout, AsyncWaitRaisesTheSameError) {
+  auto& w = world();
+  if (w.size() < 2) GTEST_SKIP() << "needs a second rank to stay away";
+  auto sub = breakable("flaky_async", std::chrono::milliseconds(500));
+  std::vector<double> x(64, 1.0);
+  if (w.rank() != 0) {
+    auto work = sub->all_reduce_async({x.data(), x.size()});
+    EXPECT_THROW_WITH(work.wait(), TimeoutError, "Ranks that did not arrive: 0 (has issued 0 collectives)");
+  }
+  w.barrier();
+}
+
+TEST(Timeout, RecvFromASilentPeerNamesThePeer) {
+  auto& w = world();
+  if (w.size() < 2) GTEST_SKIP() << "needs two ranks";
+  auto sub = breakable("quiet", std::chrono::milliseconds(400));
+  if (w.rank() == 0) {
+    std::vector<int> x(16);
+    EXPECT_THROW_WITH(sub->recv({x.data(), 16}, 1, 9), TimeoutError,
+                      "recv (16 x int32, from rank 1, tag 9) on communicator 'quiet' timed out after 0.4 s");
+  }
+  w.barrier();
+}
+
+TEST(CheckMode, MismatchedOpsRaiseOnEveryRankNamingTheDisagreeingRanks) {
+  auto& w = world();
+  if (w.size() < 2) GTEST_SKIP() << "needs two ranks to disagree";
+  auto sub = breakable("checked", std::chrono::seconds(30));
+  sub->set_check(true);
+  const auto p = static_cast<std::size_t>(w.size());
+  std::vector<float> x(8 * p, 1.0f), y(8 * p);
+  sub->all_reduce({x.data(), 8});  // agreeing ops pass the check
+  EXPECT_EQ(x[0], static_cast<float>(w.size()));
+  std::string others;
+  for (int r = 0; r < w.size(); ++r)
+    if (r != 1) others += (others.empty() ? "" : ", ") + std::to_string(r);
+  const std::string expect = "collective mismatch on communicator 'checked' at collective #1: " +
+                             std::string(w.size() > 2 ? "ranks " : "rank ") + others +
+                             " called all_reduce (8 x float32, sum); rank 1 called all_gather (8 x float32)";
+  if (w.rank() == 1) {
+    EXPECT_THROW_WITH(sub->all_gather({x.data(), 8}, {y.data(), y.size()}), MismatchError, expect);
+  } else {
+    EXPECT_THROW_WITH(sub->all_reduce({x.data(), 8}), MismatchError, expect);
+  }
+  EXPECT_FALSE(sub->usable());
+  w.barrier();
+}
+
+TEST(CheckMode, CountMismatchIsCaughtBeforeAnyDataMoves) {
+  auto& w = world();
+  if (w.size() < 2) GTEST_SKIP() << "needs two ranks to disagree";
+  auto sub = breakable("checked_count", std::chrono::seconds(30));
+  sub->set_check(true);
+  std::vector<double> x(16, 2.0);
+  const std::size_t n = w.rank() == 0 ? 16 : 12;
+  EXPECT_THROW_WITH(sub->broadcast({x.data(), n}, 0), MismatchError, "rank 0 called broadcast (16 x float64, root 0)");
+  EXPECT_EQ(x[0], 2.0);
+  w.barrier();
+}
+}  // namespace

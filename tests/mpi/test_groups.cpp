@@ -1,0 +1,105 @@
+// Sub-communicators from split and the dp x tp x pp DeviceMesh.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include <tessera/tessera.hpp>
+
+#include "test_support.hpp"
+
+namespace {
+using namespace tessera;
+using test::world;
+
+/// World ranks of every member of c, in c's rank order, gathered through c itself.
+std::vector<std::int32_t> members(comm::Communicator& c) {
+  std::int32_t me = world().rank();
+  std::vector<std::int32_t> all(static_cast<std::size_t>(c.size()));
+  c.all_gather({&me, 1}, {all.data(), all.size()});
+  return all;
+}
+
+TEST(Split, ByParityWithReversedKeys) {
+  auto& w = world();
+  auto sub = w.split(w.rank() % 2, -w.rank(), "parity");
+  ASSERT_NE(sub, nullptr);
+  std::vector<std::int32_t> expect;
+  for (int r = w.size() - 1; r >= 0; --r)
+    if (r % 2 == w.rank() % 2) expect.push_back(r);
+  EXPECT_EQ(members(*sub), expect);
+  EXPECT_EQ(sub->name(), "parity");
+  EXPECT_EQ(sub->backend(), w.backend());
+  for (int r = 0; r < sub->size(); ++r) EXPECT_EQ(sub->world_rank(r), expect[static_cast<std::size_t>(r)]);
+  // A collective on one group does not involve the other.
+  double v = w.rank();
+  sub->all_reduce({&v, 1});
+  double sum = 0;
+  for (auto r : expect) sum += r;
+  EXPECT_EQ(v, sum);
+}
+
+TEST(Split, NegativeColorLeavesTheRankOut) {
+  auto& w = world();
+  auto sub = w.split(w.rank() == 0 ? -1 : 0, w.rank());
+  if (w.rank() == 0) {
+    EXPECT_EQ(sub, nullptr);
+  } else {
+    ASSERT_NE(sub, nullptr);
+    EXPECT_EQ(sub->size(), w.size() - 1);
+    EXPECT_EQ(sub->rank(), w.rank() - 1);
+  }
+}
+
+TEST(Split, NestedSplitsAndSimultaneousUse) {
+  auto& w = world();
+  auto half = w.split(w.rank() < (w.size() + 1) / 2 ? 0 : 1, w.rank());
+  auto single = half->split(half->rank(), 0);
+  EXPECT_EQ(single->size(), 1);
+  std::vector<int> v(4, 3);
+  single->all_reduce({v.data(), 4});
+  EXPECT_EQ(v[0], 3);
+  auto a = half->all_reduce_async({v.data(), 4});
+  int x = 1;
+  w.all_reduce({&x, 1});
+  a.wait();
+  EXPECT_EQ(x, w.size());
+  EXPECT_EQ(v[3], 3 * half->size());
+}
+
+TEST(DeviceMesh, EveryLayoutOfThisWorldGivesTheDocumentedGroups) {
+  auto& w = world();
+  const int n = w.size();
+  for (int pp = 1; pp <= n; ++pp) {
+    for (int tp = 1; tp <= n; ++tp) {
+      if (n % (pp * tp) != 0) continue;
+      const int dp = n / (pp * tp);
+      comm::DeviceMesh mesh(w, dp, tp, pp);
+      const auto& c = mesh.coords();
+      const int r = w.rank();
+      EXPECT_EQ(mesh.rank_of(c), r);
+      EXPECT_EQ(c.tp, r % tp);
+      EXPECT_EQ(c.dp, (r / tp) % dp);
+      EXPECT_EQ(c.pp, r / (tp * dp));
+      std::vector<std::int32_t> tp_expect, dp_expect, pp_expect;
+      for (int t = 0; t < tp; ++t) tp_expect.push_back(mesh.rank_of({c.dp, t, c.pp}));
+      for (int d = 0; d < dp; ++d) dp_expect.push_back(mesh.rank_of({d, c.tp, c.pp}));
+      for (int q = 0; q < pp; ++q) pp_expect.push_back(mesh.rank_of({c.dp, c.tp, q}));
+      const std::string layout = "dp=" + std::to_string(dp) + " tp=" + std::to_string(tp) + " pp=" + std::to_string(pp);
+      EXPECT_EQ(members(mesh.tp()), tp_expect) << layout;
+      EXPECT_EQ(members(mesh.dp()), dp_expect) << layout;
+      EXPECT_EQ(members(mesh.pp()), pp_expect) << layout;
+      EXPECT_EQ(mesh.tp().rank(), c.tp);
+      EXPECT_EQ(mesh.dp().rank(), c.dp);
+      EXPECT_EQ(mesh.pp().rank(), c.pp);
+    }
+  }
+}
+
+TEST(DeviceMesh, LayoutThatDoesNotMatchTheWorldIsAClearError) {
+  auto& w = world();
+  EXPECT_THROW_WITH(comm::DeviceMesh(w, w.size() + 1, 1, 1), ConfigError,
+                    "does not match the " + std::to_string(w.size()) + " ranks");
+  EXPECT_THROW_WITH(comm::DeviceMesh(w, w.size(), 2, 2), ConfigError, "dp*tp*pp = ");
+  EXPECT_THROW_WITH(comm::DeviceMesh(w, 0, w.size(), 1), ConfigError, "must each be >= 1");
+}
+}  // namespace

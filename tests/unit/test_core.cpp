@@ -1,0 +1,153 @@
+// Single-process tests of the core layer, run as a plain process (no mpiexec): dtypes and
+// their conversions, parsing, error messages, options from the environment.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+
+#include <tessera/tessera.hpp>
+
+#include "test_support.hpp"
+
+namespace {
+using namespace tessera;
+
+float from_bits(std::uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+TEST(Float16, KnownIeeeEncodings) {
+  EXPECT_EQ(float16(1.0f).bits, 0x3c00);
+  EXPECT_EQ(float16(-2.0f).bits, 0xc000);
+  EXPECT_EQ(float16(65504.0f).bits, 0x7bff);              // largest finite half
+  EXPECT_EQ(float16(1e5f).bits, 0x7c00);                  // overflows to +inf
+  EXPECT_EQ(float16(std::ldexp(1.0f, -24)).bits, 0x0001);  // smallest subnormal
+  EXPECT_EQ(float16(std::ldexp(1.0f, -14)).bits, 0x0400);  // smallest normal
+  EXPECT_EQ(float16(0.0f).bits, 0x0000);
+  EXPECT_EQ(float16(-0.0f).bits, 0x8000);
+  EXPECT_TRUE(std::isnan(static_cast<float>(float16(std::nanf("")))));
+  EXPECT_EQ(static_cast<float>(float16(0.1f)), 0.0999755859375f);  // 0x2e66
+}
+
+TEST(BFloat16, KnownEncodings) {
+  EXPECT_EQ(bfloat16(1.0f).bits, 0x3f80);
+  EXPECT_EQ(bfloat16(-2.0f).bits, 0xc000);
+  EXPECT_EQ(bfloat16(from_bits(0x3f808000u)).bits, 0x3f80);  // tie, rounds to even
+  EXPECT_EQ(bfloat16(from_bits(0x3f818000u)).bits, 0x3f82);  // tie, rounds to even (up)
+  EXPECT_EQ(bfloat16(from_bits(0x3f808001u)).bits, 0x3f81);  // above the tie
+  EXPECT_TRUE(std::isnan(static_cast<float>(bfloat16(std::nanf("")))));
+}
+
+TEST(Float16, EveryHalfSurvivesARoundTrip) {
+  for (std::uint32_t b = 0; b < 65536; ++b) {
+    float16 h;
+    h.bits = static_cast<std::uint16_t>(b);
+    const float f = static_cast<float>(h);
+    if (std::isnan(f)) continue;
+    ASSERT_EQ(float16(f).bits, b) << "half bits " << b;
+    bfloat16 g;
+    g.bits = static_cast<std::uint16_t>(b);
+    const float gf = static_cast<float>(g);
+    if (!std::isnan(gf)) {
+      ASSERT_EQ(bfloat16(gf).bits, b) << "bfloat16 bits " << b;
+    }
+  }
+}
+
+// Rounding is to the nearest representable value: no neighbour of the result is closer.
+TEST(Float16, ConversionRoundsToNearest) {
+  std::mt19937 gen(7);
+  // Up to just below 65504, the largest finite half; beyond it lies the overflow to inf.
+  std::uniform_real_distribution<float> exponent(-26.0f, 15.99f);
+  for (int i = 0; i < 100000; ++i) {
+    const float x = std::exp2(exponent(gen)) * (i % 2 ? 1.0f : -1.0f);
+    const float16 h(x);
+    const double err = std::fabs(static_cast<double>(static_cast<float>(h)) - x);
+    for (int step : {-1, 1}) {
+      float16 n;
+      n.bits = static_cast<std::uint16_t>(h.bits + step);
+      const float nf = static_cast<float>(n);
+      if (std::isnan(nf) || std::isinf(nf) || (n.bits & 0x7fff) == 0x7fff) continue;
+      if (((h.bits ^ n.bits) & 0x8000) != 0) continue;  // crossed zero
+      ASSERT_LE(err, std::fabs(static_cast<double>(nf) - x)) << "x = " << x;
+    }
+    const bfloat16 b(x);
+    const double berr = std::fabs(static_cast<double>(static_cast<float>(b)) - x);
+    ASSERT_LE(berr, std::fabs(x) * std::ldexp(1.0, -8)) << "x = " << x;
+  }
+}
+
+TEST(Parsing, NamesAndBadNames) {
+  EXPECT_EQ(parse_dtype("bf16"), DType::BFloat16);
+  EXPECT_EQ(parse_dtype("FLOAT32"), DType::Float32);
+  EXPECT_THROW_WITH(parse_dtype("float8"), ConfigError, "unknown dtype 'float8'; use one of");
+  EXPECT_EQ(comm::parse_backend("Gloo"), comm::Backend::Gloo);
+  EXPECT_THROW_WITH(comm::parse_backend("ucx"), ConfigError, "unknown communication backend 'ucx'; use auto, mpi, gloo or nccl");
+  EXPECT_EQ(comm::parse_reduce_op("avg"), comm::ReduceOp::Avg);
+  EXPECT_THROW_WITH(comm::parse_reduce_op("xor"), ConfigError, "unknown reduce op 'xor'");
+  EXPECT_EQ(dtype_size(DType::Float16), 2u);
+  EXPECT_STREQ(dtype_name(DType::Int64), "int64");
+}
+
+TEST(Options, FromEnvironmentAndBadValues) {
+  setenv("TESSERA_COMM_TIMEOUT", "2.5", 1);
+  setenv("TESSERA_COMM_CHECK", "1", 1);
+  auto o = comm::CommOptions::from_env();
+  EXPECT_EQ(o.timeout.count(), 2500);
+  EXPECT_TRUE(o.check);
+  setenv("TESSERA_COMM_TIMEOUT", "ten", 1);
+  EXPECT_THROW_WITH(comm::CommOptions::from_env(), ConfigError, "TESSERA_COMM_TIMEOUT='ten' is not a number of seconds");
+  setenv("TESSERA_COMM_TIMEOUT", "-1", 1);
+  EXPECT_THROW_WITH(comm::CommOptions::from_env(), ConfigError, "TESSERA_COMM_TIMEOUT='-1'");
+  setenv("TESSERA_COMM_TIMEOUT", "0", 1);
+  setenv("TESSERA_COMM_CHECK", "maybe", 1);
+  EXPECT_THROW_WITH(comm::CommOptions::from_env(), ConfigError, "TESSERA_COMM_CHECK='maybe' must be 0 or 1");
+  unsetenv("TESSERA_COMM_TIMEOUT");
+  unsetenv("TESSERA_COMM_CHECK");
+  o = comm::CommOptions::from_env();
+  EXPECT_EQ(o.timeout, std::chrono::minutes(10));
+  EXPECT_FALSE(o.check);
+}
+
+TEST(Errors, CarryRankFileAndLine) {
+  try {
+    TESSERA_THROW(CommError, "MPI_Allreduce failed: MPI_ERR_TRUNCATE");
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_EQ(e.message(), "MPI_Allreduce failed: MPI_ERR_TRUNCATE");
+    EXPECT_EQ(e.rank(), 0);
+    EXPECT_NE(m.find("[rank 0, tests/unit/test_core.cpp:"), std::string::npos) << m;
+  }
+}
+
+TEST(Session, OnlyOnePerProcessAndItIsAPlainProcessHere) {
+  EXPECT_TRUE(Session::active());
+  EXPECT_EQ(Session::current().size(), 1);
+  EXPECT_EQ(Session::current().rank(), 0);
+  EXPECT_THROW_WITH(Session(), Error, "a tessera::Session is already alive");
+  EXPECT_TRUE(Session::active());
+}
+
+TEST(Session, SingleRankCommunicatorWorksWithoutMpiexec) {
+  auto c = comm::Communicator::create(comm::Backend::Mpi);
+  EXPECT_EQ(c->size(), 1);
+  std::vector<float> x(3, 2.0f), y(3);
+  c->all_reduce({x.data(), 3}, {y.data(), 3}, comm::ReduceOp::Avg);
+  EXPECT_EQ(y[2], 2.0f);
+}
+
+TEST(BuildInfo, ReportsTheLibrariesInUse) {
+  const auto info = build_info();
+  EXPECT_EQ(info.tessera_version, TESSERA_VERSION_STRING);
+  EXPECT_FALSE(info.mpi_library.empty());
+  EXPECT_EQ(info.kokkos_version.substr(0, 1), std::to_string(KOKKOS_VERSION / 10000));
+  EXPECT_EQ(info.hdf5, TESSERA_HAVE_HDF5 != 0);
+  if (info.hdf5) {
+    EXPECT_NE(info.hdf5_version.find('.'), std::string::npos);
+  }
+}
+}  // namespace
