@@ -1,0 +1,21 @@
+# Sourced by the scripts: where to build, how to launch MPI jobs on this machine.
+TESSERA_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BUILD_DIR="${TESSERA_BUILD_DIR:-$TESSERA_ROOT/build}"
+JOBS="${TESSERA_JOBS:-$(nproc)}"
+# Open MPI refuses to run as root unless told; containers and CI often are root.
+if [ "$(id -u)" -eq 0 ]; then
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+fi
+# More ranks than cores (e.g. 4 ranks on a 2-core laptop) needs --oversubscribe in Open MPI.
+MPIEXEC_FLAGS=()
+if mpiexec --version 2>/dev/null | grep -q "Open MPI\|OpenRTE"; then
+  MPIEXEC_FLAGS+=(--oversubscribe)
+fi
+
+configure() {
+  local generator=()
+  command -v ninja >/dev/null && generator=(-G Ninja)
+  if [ ! -f "$BUILD_DIR/CMakeCache.txt" ]; then
+    cmake -S "$TESSERA_ROOT" -B "$BUILD_DIR" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@"
+  fi
+}
