@@ -168,7 +168,7 @@ class CommState {
   std::atomic<bool> running{false};
   std::thread worker;
 
-  tessera::detail::HostStaging stage_in, stage_out, f32_in, f32_out;
+  tessera::detail::HostStaging stage_in{true}, stage_out{true}, f32_in, f32_out;
 
   /// A posted send/recv and what completing it takes.
   struct Transfer {

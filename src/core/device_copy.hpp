@@ -10,10 +10,11 @@ namespace tessera::detail {
 void copy_device_to_host(void* host, const void* device, std::size_t bytes);
 void copy_host_to_device(void* device, const void* host, std::size_t bytes);
 
-/// A grow-only host buffer, page-locked when CUDA is present so device copies run at full speed.
+/// A grow-only host buffer. With `pinned`, it is page-locked when a CUDA device is usable,
+/// so device copies run at full speed; otherwise (or without CUDA) it is ordinary memory.
 class HostStaging {
  public:
-  HostStaging() = default;
+  explicit HostStaging(bool pinned = false) : pinned_(pinned) {}
   ~HostStaging();
   HostStaging(const HostStaging&) = delete;
   HostStaging& operator=(const HostStaging&) = delete;
@@ -23,6 +24,8 @@ class HostStaging {
  private:
   void* data_ = nullptr;
   std::size_t capacity_ = 0;
+  bool pinned_ = false;
+  bool is_pinned_ = false;  // how data_ was allocated
 };
 
 }  // namespace tessera::detail

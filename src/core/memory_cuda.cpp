@@ -4,6 +4,9 @@
 #include "core/cuda_check.hpp"
 #include "core/device_copy.hpp"
 
+#include <cstdlib>
+#include <string>
+
 namespace tessera {
 MemoryKind memory_kind_of(const void* ptr) noexcept {
   if (ptr == nullptr) return MemoryKind::Host;
@@ -24,16 +27,25 @@ void copy_host_to_device(void* device, const void* host, std::size_t bytes) {
 }
 
 HostStaging::~HostStaging() {
-  if (data_ != nullptr) cudaFreeHost(data_);
+  if (data_ == nullptr) return;
+  if (is_pinned_) cudaFreeHost(data_);
+  else std::free(data_);
 }
 void* HostStaging::reserve(std::size_t bytes) {
-  if (bytes > capacity_) {
-    if (data_ != nullptr) cudaFreeHost(data_);
-    data_ = nullptr;
-    capacity_ = 0;
-    TESSERA_CHECK_CUDA(cudaMallocHost(&data_, bytes));
-    capacity_ = bytes;
+  if (bytes <= capacity_) return data_;
+  this->~HostStaging();
+  data_ = nullptr;
+  capacity_ = 0;
+  is_pinned_ = false;
+  // A CUDA build on a machine without a driver or GPU still runs host-only code.
+  if (pinned_ && cudaMallocHost(&data_, bytes) == cudaSuccess) {
+    is_pinned_ = true;
+  } else {
+    if (pinned_) cudaGetLastError();
+    data_ = std::malloc(bytes);
+    if (data_ == nullptr) throw Error("out of host memory for a " + std::to_string(bytes) + "-byte buffer");
   }
+  capacity_ = bytes;
   return data_;
 }
 }  // namespace detail

@@ -1,0 +1,325 @@
+// tessera-bench-collectives: collective bandwidth in nccl-tests' terms (time, algbw,
+// busbw, #wrong), with the raw library call (MPI_Allreduce, Gloo's algorithm, ncclAllReduce)
+// timed on the same buffers in the same run, so each row shows Tessera / raw.
+//
+//   mpiexec -n 2 tessera-bench-collectives -b 64K -e 64M -f 4 -o all_reduce --backend all --json out.json
+
+#include <tessera/tessera.hpp>
+
+#include <CLI/CLI.hpp>
+#include <mpi.h>
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "../apps/common/app_main.hpp"
+#include "raw_baseline.hpp"
+
+namespace {
+using namespace tessera;
+using comm::Communicator;
+using comm::ReduceOp;
+
+const std::vector<std::string> kOps = {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all"};
+
+std::size_t parse_size(const std::string& text) {
+  std::size_t pos = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &pos);
+  } catch (...) {
+    throw ConfigError("size '" + text + "' is not a number of bytes (e.g. 64K, 8M, 1G)");
+  }
+  std::string unit = text.substr(pos);
+  double mult = 1;
+  if (unit == "K" || unit == "k") mult = 1024;
+  else if (unit == "M" || unit == "m") mult = 1024.0 * 1024;
+  else if (unit == "G" || unit == "g") mult = 1024.0 * 1024 * 1024;
+  else if (!unit.empty()) throw ConfigError("size '" + text + "' has an unknown unit; use K, M or G");
+  if (v <= 0) throw ConfigError("size '" + text + "' must be positive");
+  return static_cast<std::size_t>(v * mult);
+}
+
+/// nccl-tests' bus-bandwidth factor: busbw = algbw * factor.
+double bus_factor(const std::string& op, int n) {
+  if (op == "all_reduce") return 2.0 * (n - 1) / n;
+  if (op == "all_gather" || op == "reduce_scatter" || op == "all_to_all") return static_cast<double>(n - 1) / n;
+  return 1.0;
+}
+
+/// Small integers: exact in every dtype, so checks are exact whatever the reduction order.
+double input_value(int rank, std::size_t i) { return static_cast<double>((static_cast<std::size_t>(rank) + i) % 5 + 1); }
+
+struct Case {
+  std::string op;
+  DType dtype;
+  ReduceOp redop;
+  std::size_t bytes;        // nccl-tests "size": the largest of the op's buffers
+  std::size_t count;        // elements of that buffer
+  std::size_t per_rank;     // elements each rank contributes / receives
+};
+
+/// Buffers for one case in the backend's memory, with host images for filling and checking.
+struct Buffers {
+  MemoryKind where = MemoryKind::Host;
+  void* send = nullptr;
+  void* recv = nullptr;
+  std::size_t send_count = 0, recv_count = 0, esz = 0;
+  std::vector<char> host_send, host_recv;
+  Buffers() = default;
+  Buffers(const Buffers&) = delete;
+  Buffers& operator=(const Buffers&) = delete;
+  ~Buffers() {
+    if (send) perf::release(send, where);
+    if (recv) perf::release(recv, where);
+  }
+  void upload() {
+    perf::copy(send, host_send.data(), host_send.size(), where, MemoryKind::Host);
+    perf::copy(recv, host_recv.data(), host_recv.size(), where, MemoryKind::Host);
+  }
+  void download() { perf::copy(host_recv.data(), recv, host_recv.size(), MemoryKind::Host, where); }
+};
+
+void put(void* base, DType t, std::size_t i, double v) {
+  switch (t) {
+    case DType::Float32: static_cast<float*>(base)[i] = static_cast<float>(v); break;
+    case DType::Float64: static_cast<double*>(base)[i] = v; break;
+    case DType::Int32: static_cast<std::int32_t*>(base)[i] = static_cast<std::int32_t>(v); break;
+    case DType::Int64: static_cast<std::int64_t*>(base)[i] = static_cast<std::int64_t>(v); break;
+    case DType::BFloat16: static_cast<bfloat16*>(base)[i] = bfloat16(static_cast<float>(v)); break;
+    case DType::Float16: static_cast<float16*>(base)[i] = float16(static_cast<float>(v)); break;
+  }
+}
+double get(const void* base, DType t, std::size_t i) {
+  switch (t) {
+    case DType::Float32: return static_cast<const float*>(base)[i];
+    case DType::Float64: return static_cast<const double*>(base)[i];
+    case DType::Int32: return static_cast<const std::int32_t*>(base)[i];
+    case DType::Int64: return static_cast<double>(static_cast<const std::int64_t*>(base)[i]);
+    case DType::BFloat16: return static_cast<float>(static_cast<const bfloat16*>(base)[i]);
+    case DType::Float16: return static_cast<float>(static_cast<const float16*>(base)[i]);
+  }
+  return 0;
+}
+
+void make_buffers(Buffers& b, const Case& c, int p, MemoryKind where) {
+  const std::size_t n = c.per_rank, all = n * static_cast<std::size_t>(p);
+  if (c.op == "all_gather") { b.send_count = n; b.recv_count = all; }
+  else if (c.op == "reduce_scatter") { b.send_count = all; b.recv_count = n; }
+  else if (c.op == "all_to_all") { b.send_count = all; b.recv_count = all; }
+  else { b.send_count = n; b.recv_count = n; }
+  b.where = where;
+  b.esz = dtype_size(c.dtype);
+  b.host_send.assign(b.send_count * b.esz, 0);
+  b.host_recv.assign(b.recv_count * b.esz, 0);
+  b.send = perf::allocate(b.send_count * b.esz, where);
+  b.recv = perf::allocate(b.recv_count * b.esz, where);
+  b.upload();
+}
+
+/// Runs the case once through Tessera.
+void run_tessera(Communicator& comm, const Case& c, Buffers& b) {
+  comm::Buffer s(b.send, b.send_count, c.dtype, b.where), r(b.recv, b.recv_count, c.dtype, b.where);
+  if (c.op == "all_reduce") comm.all_reduce(s, r, c.redop);
+  else if (c.op == "all_gather") comm.all_gather(s, r);
+  else if (c.op == "reduce_scatter") comm.reduce_scatter(s, r, c.redop);
+  else if (c.op == "broadcast") comm.broadcast(r, 0);
+  else if (c.op == "reduce") comm.reduce(s, r, c.redop, 0);
+  else comm.all_to_all(s, r);
+}
+
+/// Fills inputs, runs once through Tessera, counts wrong output elements on this rank.
+std::size_t check(Communicator& comm, const Case& c, Buffers& b) {
+  const int p = comm.size(), me = comm.rank();
+  const std::size_t n = c.per_rank;
+  for (std::size_t i = 0; i < b.send_count; ++i) put(b.host_send.data(), c.dtype, i, input_value(me, i));
+  for (std::size_t i = 0; i < b.recv_count; ++i)
+    put(b.host_recv.data(), c.dtype, i, c.op == "broadcast" && me == 0 ? input_value(0, i) : -7);
+  b.upload();
+  run_tessera(comm, c, b);
+  b.download();
+  auto reduced = [&](std::size_t i) {
+    double acc = c.redop == ReduceOp::Prod ? 1 : (c.redop == ReduceOp::Min ? 1e300 : (c.redop == ReduceOp::Max ? -1e300 : 0));
+    for (int r = 0; r < p; ++r) {
+      const double v = input_value(r, i);
+      if (c.redop == ReduceOp::Sum || c.redop == ReduceOp::Avg) acc += v;
+      else if (c.redop == ReduceOp::Prod) acc *= v;
+      else if (c.redop == ReduceOp::Min) acc = std::min(acc, v);
+      else acc = std::max(acc, v);
+    }
+    return c.redop == ReduceOp::Avg ? acc / p : acc;
+  };
+  std::size_t wrong = 0;
+  auto expect = [&](std::size_t at, double e) {
+    const double got = get(b.host_recv.data(), c.dtype, at);
+    // avg is the one op whose result may not be exact in the dtype (e.g. x/3).
+    const double tol = c.redop == ReduceOp::Avg ? std::fabs(e) * 1e-2 : 0.0;
+    if (std::fabs(got - e) > tol) ++wrong;
+  };
+  if (c.op == "all_reduce") for (std::size_t i = 0; i < n; ++i) expect(i, reduced(i));
+  else if (c.op == "reduce") { if (me == 0) for (std::size_t i = 0; i < n; ++i) expect(i, reduced(i)); }
+  else if (c.op == "broadcast") for (std::size_t i = 0; i < n; ++i) expect(i, input_value(0, i));
+  else if (c.op == "reduce_scatter") for (std::size_t i = 0; i < n; ++i) expect(i, reduced(n * static_cast<std::size_t>(me) + i));
+  else if (c.op == "all_gather") {
+    for (int r = 0; r < p; ++r)
+      for (std::size_t i = 0; i < n; ++i) expect(n * static_cast<std::size_t>(r) + i, input_value(r, i));
+  } else {
+    for (int r = 0; r < p; ++r)
+      for (std::size_t i = 0; i < n; ++i)
+        expect(n * static_cast<std::size_t>(r) + i, input_value(r, n * static_cast<std::size_t>(me) + i));
+  }
+  return wrong;
+}
+
+/// Seconds per call of fn, averaged over `iters` calls, the slowest rank's figure.
+double time_batch(MPI_Comm sync, int iters, const std::function<void()>& fn) {
+  MPI_Barrier(sync);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < iters; ++i) fn();
+  double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters;
+  MPI_Allreduce(MPI_IN_PLACE, &t, 1, MPI_DOUBLE, MPI_MAX, sync);
+  return t;
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Collective bandwidth benchmark with nccl-tests semantics; compares Tessera with the raw "
+               "library call on the same buffers.\n"
+               "Usage: mpiexec -n N tessera-bench-collectives [-b 64K] [-e 64M] [-f 4] [-o all_reduce] "
+               "[--backend mpi|gloo|nccl|all] [--json FILE]"};
+  std::string min_bytes = "64K", max_bytes = "64M", op_name = "all_reduce", dtype_name_arg = "float32",
+              redop_name = "sum", backend_arg = "all", json_path;
+  int factor = 4, iters = 20, warmup = 5, check_flag = 1, rounds = 3;
+  std::optional<double> min_busbw;
+  app.add_option("-b,--minbytes", min_bytes, "smallest size, bytes (K, M, G suffixes)")->capture_default_str();
+  app.add_option("-e,--maxbytes", max_bytes, "largest size, bytes")->capture_default_str();
+  app.add_option("-f,--stepfactor", factor, "multiply the size by this between rows")->capture_default_str()
+      ->check(CLI::Range(2, 1 << 20));
+  app.add_option("-o,--op", op_name, "collective: all_reduce, all_gather, reduce_scatter, broadcast, reduce, all_to_all, all")
+      ->capture_default_str();
+  app.add_option("-d,--dtype", dtype_name_arg, "float32, float64, int32, int64, bfloat16, float16")->capture_default_str();
+  app.add_option("-r,--redop", redop_name, "reduction: sum, prod, min, max, avg")->capture_default_str();
+  app.add_option("-n,--iters", iters, "timed iterations per measurement")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("-w,--warmup_iters", warmup, "untimed iterations first")->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("-c,--check", check_flag, "verify results (1) or not (0)")->capture_default_str()->check(CLI::Range(0, 1));
+  app.add_option("--rounds", rounds, "alternating Tessera/raw measurements per row; the best of each is kept")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--backend", backend_arg, "mpi, gloo, nccl or all (every one compiled in and usable)")->capture_default_str();
+  app.add_option("--json", json_path, "write the results as JSON to this file");
+  app.add_option("--min-busbw", min_busbw, "exit non-zero if any Tessera row's busbw (GB/s) is below this");
+
+  return tessera::apps::run_app(argc, argv, app, [&](tessera::Session& session) {
+    const DType dtype = parse_dtype(dtype_name_arg);
+    const ReduceOp redop = comm::parse_reduce_op(redop_name);
+    const std::size_t lo = parse_size(min_bytes), hi = parse_size(max_bytes);
+    if (lo > hi) throw ConfigError("-b (" + min_bytes + ") is larger than -e (" + max_bytes + ")");
+    std::vector<std::string> ops = op_name == "all" ? kOps : std::vector<std::string>{op_name};
+    for (const auto& o : ops)
+      if (std::find(kOps.begin(), kOps.end(), o) == kOps.end())
+        throw ConfigError("unknown op '" + o + "'; use all_reduce, all_gather, reduce_scatter, broadcast, reduce, all_to_all or all");
+    std::vector<comm::Backend> backends;
+    if (backend_arg == "all") {
+      backends.push_back(comm::Backend::Mpi);
+      if (comm::backend_compiled(comm::Backend::Gloo)) backends.push_back(comm::Backend::Gloo);
+      if (perf::nccl_usable()) backends.push_back(comm::Backend::Nccl);
+    } else {
+      backends.push_back(comm::parse_backend(backend_arg));
+    }
+    MPI_Comm sync;
+    MPI_Comm_dup(MPI_COMM_WORLD, &sync);
+    const int p = session.size();
+    const bool root = session.rank() == 0;
+
+    char host[256] = {};
+    gethostname(host, sizeof host - 1);
+    const auto info = tessera::build_info();
+    nlohmann::json out;
+    out["machine"] = {{"hostname", host}, {"ranks", p}, {"cores", sysconf(_SC_NPROCESSORS_ONLN)},
+                      {"mpi", info.mpi_library}, {"tessera", info.tessera_version}, {"kokkos", info.kokkos_version}};
+    out["results"] = nlohmann::json::array();
+    bool below = false;
+    std::size_t total_wrong = 0;
+
+    for (const auto backend : backends) {
+      auto comm = Communicator::create(backend);
+      auto raw = perf::RawBaseline::make(*comm, sync);
+      for (const auto& op : ops) {
+        if (root) {
+          std::printf("#\n# backend %s, %d ranks, op %s, dtype %s, redop %s, %d iters x %d rounds, %d warm-up\n",
+                      comm::backend_name(comm->backend()), p, op.c_str(), tessera::dtype_name(dtype),
+                      comm::reduce_op_name(redop), iters, rounds, warmup);
+          std::printf("# %12s %12s %9s %6s %10s %8s %8s %7s %10s %9s %8s\n", "size", "count", "type", "redop", "time",
+                      "algbw", "busbw", "#wrong", "raw time", "raw busbw", "ratio");
+          std::printf("# %12s %12s %9s %6s %10s %8s %8s %7s %10s %9s %8s\n", "(B)", "(elements)", "", "", "(us)",
+                      "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "tess/raw");
+        }
+        for (std::size_t bytes = lo; bytes <= hi; bytes *= static_cast<std::size_t>(factor)) {
+          Case c{op, dtype, redop, 0, 0, 0};
+          const std::size_t esz = dtype_size(dtype);
+          const bool spread = op == "all_gather" || op == "reduce_scatter" || op == "all_to_all";
+          c.count = std::max<std::size_t>(bytes / esz / static_cast<std::size_t>(p), 1) * (spread ? static_cast<std::size_t>(p) : 1);
+          if (!spread) c.count = std::max<std::size_t>(bytes / esz, 1);
+          c.per_rank = spread ? c.count / static_cast<std::size_t>(p) : c.count;
+          c.bytes = c.count * esz;
+          Buffers b;
+          make_buffers(b, c, p, comm->backend() == comm::Backend::Nccl ? MemoryKind::Device : MemoryKind::Host);
+          std::size_t wrong = 0;
+          if (check_flag) wrong = check(*comm, c, b);
+          MPI_Allreduce(MPI_IN_PLACE, &wrong, 1, MPI_UINT64_T, MPI_SUM, sync);
+          total_wrong += wrong;
+          for (int i = 0; i < warmup; ++i) run_tessera(*comm, c, b);
+          const bool has_raw = raw && raw->supports(op, dtype, redop);
+          if (has_raw)
+            for (int i = 0; i < warmup; ++i) raw->run(op, c.dtype, c.redop, b.send, b.recv, c.per_rank);
+          double t = 1e300, t_raw = 1e300;
+          for (int round = 0; round < rounds; ++round) {
+            t = std::min(t, time_batch(sync, iters, [&] { run_tessera(*comm, c, b); }));
+            if (has_raw)
+              t_raw = std::min(t_raw, time_batch(sync, iters, [&] { raw->run(op, c.dtype, c.redop, b.send, b.recv, c.per_rank); }));
+          }
+          const double algbw = static_cast<double>(c.bytes) / t / 1e9;
+          const double busbw = algbw * bus_factor(op, p);
+          const double raw_busbw = has_raw ? static_cast<double>(c.bytes) / t_raw / 1e9 * bus_factor(op, p) : 0.0;
+          if (min_busbw && busbw < *min_busbw) below = true;
+          if (root) {
+            char raw_cols[64] = "       n/a       n/a      n/a";
+            if (has_raw) std::snprintf(raw_cols, sizeof raw_cols, "%10.2f %9.2f %8.3f", t_raw * 1e6, raw_busbw, busbw / raw_busbw);
+            std::printf("  %12zu %12zu %9s %6s %10.2f %8.2f %8.2f %7zu %s\n", c.bytes, c.count, tessera::dtype_name(dtype),
+                        (op == "all_gather" || op == "broadcast" || op == "all_to_all") ? "none" : comm::reduce_op_name(redop),
+                        t * 1e6, algbw, busbw, wrong, raw_cols);
+            std::fflush(stdout);
+          }
+          nlohmann::json row = {{"op", op}, {"backend", comm::backend_name(comm->backend())}, {"dtype", tessera::dtype_name(dtype)},
+                                {"redop", comm::reduce_op_name(redop)}, {"bytes", c.bytes}, {"count", c.count},
+                                {"time_us", t * 1e6}, {"algbw_gbps", algbw}, {"busbw_gbps", busbw},
+                                {"raw_busbw_gbps", has_raw ? nlohmann::json(raw_busbw) : nlohmann::json(nullptr)},
+                                {"raw_time_us", has_raw ? nlohmann::json(t_raw * 1e6) : nlohmann::json(nullptr)},
+                                {"wrong", wrong}};
+          out["results"].push_back(row);
+          if (bytes > hi / static_cast<std::size_t>(factor)) break;
+        }
+      }
+    }
+    MPI_Comm_free(&sync);
+    if (root) {
+      if (!json_path.empty()) {
+        std::ofstream f(json_path);
+        if (!f) throw ConfigError("cannot write --json file '" + json_path + "'");
+        f << out.dump(2) << "\n";
+        std::printf("# results written to %s\n", json_path.c_str());
+      }
+      if (total_wrong > 0) std::printf("# %zu WRONG elements: results are incorrect\n", total_wrong);
+      if (below) std::printf("# busbw below --min-busbw %.3f GB/s in at least one row\n", *min_busbw);
+    }
+    return (total_wrong > 0 || below) ? 1 : 0;
+  });
+}

@@ -1,0 +1,33 @@
+#pragma once
+// The raw library calls that tessera-bench-collectives compares Tessera with, run on the
+// same buffers: MPI collectives on a duplicate of the communicator's group, Gloo's
+// algorithms on the communicator's own Gloo context, NCCL calls on its NCCL communicator.
+
+#include <mpi.h>
+
+#include <memory>
+#include <string>
+
+#include <tessera/comm/communicator.hpp>
+
+namespace tessera::perf {
+
+class RawBaseline {
+ public:
+  virtual ~RawBaseline() = default;
+  /// The baseline for comm's backend.
+  static std::unique_ptr<RawBaseline> make(comm::Communicator& comm, MPI_Comm world);
+  /// False where the library has no such call (e.g. MPI has no bfloat16 reduction).
+  virtual bool supports(const std::string& op, DType dtype, comm::ReduceOp redop) const = 0;
+  /// One call of op with n elements per rank (the same meaning as Tessera's count).
+  virtual void run(const std::string& op, DType dtype, comm::ReduceOp redop, void* send, void* recv, std::size_t n) = 0;
+};
+
+/// True when NCCL is compiled in and a GPU is visible.
+bool nccl_usable();
+/// Buffers for the benchmark: device memory for NCCL, host memory otherwise.
+void* allocate(std::size_t bytes, MemoryKind where);
+void release(void* ptr, MemoryKind where);
+void copy(void* dst, const void* src, std::size_t bytes, MemoryKind dst_where, MemoryKind src_where);
+
+}  // namespace tessera::perf

@@ -1,0 +1,269 @@
+// The NCCL backend: NCCL collectives on a stream owned by the communicator. An op is
+// complete when an event recorded after it has fired; waiting polls that event against the
+// deadline, so NCCL needs no arrival fence, and a timeout aborts the NCCL communicator
+// (ncclCommAbort), which releases the kernels stuck on the GPU.
+#include "comm/nccl/nccl_backend.hpp"
+
+#include <thread>
+#include <vector>
+
+#include "comm/backend.hpp"
+#include "core/cuda_check.hpp"
+#include "core/log.hpp"
+#include "core/mpi_check.hpp"
+
+#define TESSERA_CHECK_NCCL(call)                                                                      \
+  do {                                                                                                \
+    const ncclResult_t tessera_nccl_rc_ = (call);                                                     \
+    if (tessera_nccl_rc_ != ncclSuccess && tessera_nccl_rc_ != ncclInProgress) {                      \
+      std::string tessera_call_(#call);                                                               \
+      throw ::tessera::CommError(tessera_call_.substr(0, tessera_call_.find('(')) + " failed: " +      \
+                                     ncclGetErrorString(tessera_nccl_rc_),                            \
+                                 __FILE__, __LINE__);                                                 \
+    }                                                                                                 \
+  } while (0)
+
+namespace tessera::comm::detail {
+namespace {
+
+ncclDataType_t nccl_type(DType t) {
+  switch (t) {
+    case DType::Float32: return ncclFloat32;
+    case DType::Float64: return ncclFloat64;
+    case DType::Int32: return ncclInt32;
+    case DType::Int64: return ncclInt64;
+    case DType::BFloat16: return ncclBfloat16;
+    case DType::Float16: return ncclFloat16;
+  }
+  throw ConfigError("no NCCL type for this dtype");
+}
+
+ncclRedOp_t nccl_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum: return ncclSum;
+    case ReduceOp::Prod: return ncclProd;
+    case ReduceOp::Min: return ncclMin;
+    case ReduceOp::Max: return ncclMax;
+    case ReduceOp::Avg: return ncclAvg;
+  }
+  return ncclSum;
+}
+
+/// Polls an event until it fires; checks the communicator for asynchronous errors meanwhile.
+void wait_event(cudaEvent_t event, ncclComm_t comm, const Deadline& deadline, const char* what) {
+  for (std::uint64_t spins = 0;; ++spins) {
+    const cudaError_t rc = cudaEventQuery(event);
+    if (rc == cudaSuccess) return;
+    if (rc != cudaErrorNotReady) TESSERA_CHECK_CUDA(rc);
+    if ((spins & 255) == 0) {
+      ncclResult_t async = ncclSuccess;
+      TESSERA_CHECK_NCCL(ncclCommGetAsyncError(comm, &async));
+      TESSERA_CHECK_NCCL(async);
+      if (deadline.expired()) throw DeadlineExceeded{what};
+      std::this_thread::yield();
+    }
+  }
+}
+
+struct NcclTransfer final : PendingTransfer {
+  cudaEvent_t event = nullptr;
+  ncclComm_t comm = nullptr;
+  const char* what = "";
+  void wait(const Deadline& deadline) override { wait_event(event, comm, deadline, what); }
+  ~NcclTransfer() override {
+    if (event != nullptr) cudaEventDestroy(event);
+  }
+};
+
+class NcclBackend final : public Backend {
+ public:
+  NcclBackend(MPI_Comm group, const CommOptions&) : group_(group) {
+    MPI_Comm_rank(group_, &rank_);
+    MPI_Comm_size(group_, &size_);
+    try {
+      int devices = 0;
+      const cudaError_t rc = cudaGetDeviceCount(&devices);
+      if (rc != cudaSuccess || devices == 0) {
+        cudaGetLastError();
+        throw ConfigError(std::string("the nccl backend needs a CUDA device, and none is usable here (") +
+                          (rc != cudaSuccess ? cudaGetErrorString(rc) : "no device found") +
+                          "); use the mpi or gloo backend");
+      }
+      // One GPU per rank on a node: the node-local rank picks it.
+      MPI_Comm node;
+      TESSERA_CHECK_MPI(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+      int local = 0;
+      MPI_Comm_rank(node, &local);
+      MPI_Comm_free(&node);
+      TESSERA_CHECK_CUDA(cudaSetDevice(local % devices));
+      ncclUniqueId id;
+      if (rank_ == 0) TESSERA_CHECK_NCCL(ncclGetUniqueId(&id));
+      TESSERA_CHECK_MPI(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, group_));
+      TESSERA_CHECK_NCCL(ncclCommInitRank(&nccl_, size_, id, rank_));
+      TESSERA_CHECK_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+      TESSERA_CHECK_CUDA(cudaStreamCreateWithFlags(&send_stream_, cudaStreamNonBlocking));
+      TESSERA_CHECK_CUDA(cudaStreamCreateWithFlags(&recv_stream_, cudaStreamNonBlocking));
+      TESSERA_CHECK_CUDA(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
+      TESSERA_CHECK_CUDA(cudaMalloc(&token_, sizeof(float)));
+    } catch (...) {
+      release();
+      throw;
+    }
+  }
+  ~NcclBackend() override { release(); }
+
+  comm::Backend kind() const noexcept override { return comm::Backend::Nccl; }
+  MPI_Comm group() const noexcept override { return group_; }
+  bool needs_arrival_fence() const noexcept override { return false; }
+  bool accepts_device_memory() const noexcept override { return true; }
+  bool requires_device_memory() const noexcept override { return true; }
+  bool native_half_and_avg() const noexcept override { return true; }
+  std::unique_ptr<Backend> make_child(MPI_Comm group, const CommOptions& options) override {
+    return std::make_unique<NcclBackend>(group, options);
+  }
+  NcclHandles handles() const { return {nccl_, stream_}; }
+
+  void execute(const Op& op, const Deadline& deadline) override {
+    const ncclDataType_t t = nccl_type(op.dtype);
+    const std::size_t n = op.count, bytes = n * dtype_size(op.dtype);
+    char* send = static_cast<char*>(op.send.data);
+    char* recv = static_cast<char*>(op.recv.data);
+    const bool root = rank_ == op.root;
+    switch (op.type) {
+      case OpType::Broadcast:
+        TESSERA_CHECK_NCCL(ncclBroadcast(recv, recv, n, t, op.root, nccl_, stream_));
+        break;
+      case OpType::AllReduce:
+        TESSERA_CHECK_NCCL(ncclAllReduce(send, recv, n, t, nccl_op(op.reduce), nccl_, stream_));
+        break;
+      case OpType::Reduce:
+        // Only the root's output is written; other ranks pass their input in its place.
+        TESSERA_CHECK_NCCL(ncclReduce(send, root ? recv : send, n, t, nccl_op(op.reduce), op.root, nccl_, stream_));
+        break;
+      case OpType::AllGather:
+        TESSERA_CHECK_NCCL(ncclAllGather(send, recv, n, t, nccl_, stream_));
+        break;
+      case OpType::ReduceScatter:
+        TESSERA_CHECK_NCCL(ncclReduceScatter(send, recv, n, t, nccl_op(op.reduce), nccl_, stream_));
+        break;
+      case OpType::Gather:
+        TESSERA_CHECK_NCCL(ncclGroupStart());
+        if (root) {
+          for (int r = 0; r < size_; ++r) {
+            char* slot = recv + static_cast<std::size_t>(r) * bytes;
+            if (r == rank_) {
+              if (slot != send) TESSERA_CHECK_CUDA(cudaMemcpyAsync(slot, send, bytes, cudaMemcpyDeviceToDevice, stream_));
+            } else {
+              TESSERA_CHECK_NCCL(ncclRecv(slot, n, t, r, nccl_, stream_));
+            }
+          }
+        } else {
+          TESSERA_CHECK_NCCL(ncclSend(send, n, t, op.root, nccl_, stream_));
+        }
+        TESSERA_CHECK_NCCL(ncclGroupEnd());
+        break;
+      case OpType::Scatter:
+        TESSERA_CHECK_NCCL(ncclGroupStart());
+        if (root) {
+          for (int r = 0; r < size_; ++r) {
+            char* slot = send + static_cast<std::size_t>(r) * bytes;
+            if (r == rank_) {
+              if (slot != recv) TESSERA_CHECK_CUDA(cudaMemcpyAsync(recv, slot, bytes, cudaMemcpyDeviceToDevice, stream_));
+            } else {
+              TESSERA_CHECK_NCCL(ncclSend(slot, n, t, r, nccl_, stream_));
+            }
+          }
+        } else {
+          TESSERA_CHECK_NCCL(ncclRecv(recv, n, t, op.root, nccl_, stream_));
+        }
+        TESSERA_CHECK_NCCL(ncclGroupEnd());
+        break;
+      case OpType::AllToAll:
+        TESSERA_CHECK_NCCL(ncclGroupStart());
+        for (int r = 0; r < size_; ++r) {
+          const std::size_t off = static_cast<std::size_t>(r) * bytes;
+          TESSERA_CHECK_NCCL(ncclSend(send + off, n, t, r, nccl_, stream_));
+          TESSERA_CHECK_NCCL(ncclRecv(recv + off, n, t, r, nccl_, stream_));
+        }
+        TESSERA_CHECK_NCCL(ncclGroupEnd());
+        break;
+      case OpType::Barrier:
+        TESSERA_CHECK_NCCL(ncclAllReduce(token_, token_, 1, ncclFloat32, ncclSum, nccl_, stream_));
+        break;
+      case OpType::Send:
+      case OpType::Recv:
+        throw CommError("point-to-point ops are posted, not executed");
+    }
+    TESSERA_CHECK_CUDA(cudaEventRecord(done_, stream_));
+    wait_event(done_, nccl_, deadline, "waiting for the NCCL kernel");
+  }
+
+  std::unique_ptr<PendingTransfer> post(const Op& op) override {
+    auto pending = std::make_unique<NcclTransfer>();
+    pending->comm = nccl_;
+    TESSERA_CHECK_CUDA(cudaEventCreateWithFlags(&pending->event, cudaEventDisableTiming));
+    // Sends and receives run on separate streams, so two ranks that each post a send and
+    // then a receive cannot block each other.
+    if (op.type == OpType::Send) {
+      pending->what = "in ncclSend, waiting for the receiver";
+      TESSERA_CHECK_NCCL(ncclSend(op.send.data, op.count, nccl_type(op.dtype), op.peer, nccl_, send_stream_));
+      TESSERA_CHECK_CUDA(cudaEventRecord(pending->event, send_stream_));
+    } else {
+      pending->what = "in ncclRecv, waiting for the sender";
+      TESSERA_CHECK_NCCL(ncclRecv(op.recv.data, op.count, nccl_type(op.dtype), op.peer, nccl_, recv_stream_));
+      TESSERA_CHECK_CUDA(cudaEventRecord(pending->event, recv_stream_));
+    }
+    return pending;
+  }
+
+  void abort() noexcept override {
+    if (nccl_ != nullptr) {
+      ncclCommAbort(nccl_);
+      nccl_ = nullptr;
+    }
+  }
+
+ private:
+  void release() noexcept {
+    if (nccl_ != nullptr) ncclCommDestroy(nccl_);
+    nccl_ = nullptr;
+    if (token_ != nullptr) cudaFree(token_);
+    if (done_ != nullptr) cudaEventDestroy(done_);
+    for (cudaStream_t s : {stream_, send_stream_, recv_stream_})
+      if (s != nullptr) cudaStreamDestroy(s);
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized && group_ != MPI_COMM_NULL) MPI_Comm_free(&group_);
+  }
+
+  MPI_Comm group_ = MPI_COMM_NULL;
+  int rank_ = 0;
+  int size_ = 1;
+  ncclComm_t nccl_ = nullptr;
+  cudaStream_t stream_ = nullptr, send_stream_ = nullptr, recv_stream_ = nullptr;
+  cudaEvent_t done_ = nullptr;
+  void* token_ = nullptr;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_nccl_backend(MPI_Comm group, const CommOptions& options) {
+  return std::make_unique<NcclBackend>(group, options);
+}
+
+bool nccl_usable() noexcept {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return devices > 0;
+}
+
+NcclHandles nccl_handles(Communicator& comm) {
+  auto* nccl = dynamic_cast<NcclBackend*>(&comm.backend_impl());
+  if (nccl == nullptr) throw ConfigError("nccl_handles: the communicator does not use the nccl backend");
+  return nccl->handles();
+}
+
+}  // namespace tessera::comm::detail
