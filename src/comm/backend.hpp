@@ -111,6 +111,8 @@ bool nccl_usable() noexcept;
 /// throws DeadlineExceeded; the request is left pending). Spins briefly, then yields and
 /// sleeps, so a rank waiting for a late peer does not starve the peer's core.
 void wait_mpi(MPI_Request& request, const Deadline& deadline, const char* what);
+/// The same for several requests (all must complete).
+void wait_mpi_all(MPI_Request* requests, int count, const Deadline& deadline, const char* what);
 
 /// The MPI datatype that moves elements of dtype (16-bit floats move as MPI_UINT16_T).
 MPI_Datatype mpi_datatype(DType dtype);

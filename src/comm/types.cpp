@@ -118,11 +118,11 @@ std::chrono::milliseconds Deadline::remaining() const noexcept {
   return std::max(left, std::chrono::milliseconds(1));
 }
 
-void wait_mpi(MPI_Request& request, const Deadline& deadline, const char* what) {
+void wait_mpi_all(MPI_Request* requests, int count, const Deadline& deadline, const char* what) {
   int done = 0;
   const auto start = Clock::now();
   for (std::uint64_t spins = 0;; ++spins) {
-    TESSERA_CHECK_MPI(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
+    TESSERA_CHECK_MPI(MPI_Testall(count, requests, &done, MPI_STATUSES_IGNORE));
     if (done) return;
     if ((spins & 63) == 0) {
       const auto now = Clock::now();
@@ -135,6 +135,10 @@ void wait_mpi(MPI_Request& request, const Deadline& deadline, const char* what) 
       }
     }
   }
+}
+
+void wait_mpi(MPI_Request& request, const Deadline& deadline, const char* what) {
+  wait_mpi_all(&request, 1, deadline, what);
 }
 
 MPI_Datatype mpi_datatype(DType dtype) {
