@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# expect_failure.sh PATTERN COMMAND...: passes when COMMAND exits non-zero and its output
+# (stdout + stderr) contains PATTERN (a fixed string).
+pattern="$1"
+shift
+output=$("$@" 2>&1)
+rc=$?
+if [ "$rc" -eq 0 ]; then
+  echo "expected a non-zero exit, got 0. Output:"
+  echo "$output"
+  exit 1
+fi
+if ! grep -qF -- "$pattern" <<<"$output"; then
+  echo "exit $rc, but the output lacks: $pattern"
+  echo "$output"
+  exit 1
+fi
+echo "exit $rc with: $(grep -F -- "$pattern" <<<"$output" | head -1)"
