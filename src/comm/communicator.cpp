@@ -117,18 +117,18 @@ class CommState {
  public:
   CommState(std::unique_ptr<Backend> b, CommOptions o, std::string p)
       : backend(std::move(b)), options(std::move(o)), path(std::move(p)), id(fnv1a(path)) {
-    MPI_Comm_rank(backend->group(), &rank);
-    MPI_Comm_size(backend->group(), &size);
+    TESSERA_CHECK_MPI(MPI_Comm_rank(backend->group(), &rank));
+    TESSERA_CHECK_MPI(MPI_Comm_size(backend->group(), &size));
     TESSERA_CHECK_MPI(MPI_Comm_dup(backend->group(), &fence_comm));
     MPI_Group mine, world;
-    MPI_Comm_group(backend->group(), &mine);
-    MPI_Comm_group(MPI_COMM_WORLD, &world);
+    TESSERA_CHECK_MPI(MPI_Comm_group(backend->group(), &mine));
+    TESSERA_CHECK_MPI(MPI_Comm_group(MPI_COMM_WORLD, &world));
     std::vector<int> local(static_cast<std::size_t>(size));
     for (int i = 0; i < size; ++i) local[static_cast<std::size_t>(i)] = i;
     world_ranks.resize(local.size());
-    MPI_Group_translate_ranks(mine, size, local.data(), world, world_ranks.data());
-    MPI_Group_free(&mine);
-    MPI_Group_free(&world);
+    TESSERA_CHECK_MPI(MPI_Group_translate_ranks(mine, size, local.data(), world, world_ranks.data()));
+    TESSERA_CHECK_MPI(MPI_Group_free(&mine));
+    TESSERA_CHECK_MPI(MPI_Group_free(&world));
     Watchdog::instance().add(id, &progress);
   }
 

@@ -41,7 +41,7 @@ Watchdog& Watchdog::instance() {
 Watchdog::Watchdog() {
   Session::current();  // throws a clear error when there is no Session
   TESSERA_CHECK_MPI(MPI_Comm_dup(MPI_COMM_WORLD, &control_));
-  MPI_Comm_rank(control_, &world_rank_);
+  TESSERA_CHECK_MPI(MPI_Comm_rank(control_, &world_rank_));
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -119,8 +119,8 @@ std::vector<PeerStatus> Watchdog::query(std::uint64_t comm_id, const std::vector
     result.push_back(s);
     index.push_back(i);
     MPI_Request sreq, rreq;
-    MPI_Irecv(&replies[i], sizeof(Reply), MPI_BYTE, ranks[i], kReplyTag, control_, &rreq);
-    MPI_Isend(&comm_id, 1, MPI_UINT64_T, ranks[i], kQueryTag, control_, &sreq);
+    TESSERA_CHECK_MPI(MPI_Irecv(&replies[i], sizeof(Reply), MPI_BYTE, ranks[i], kReplyTag, control_, &rreq));
+    TESSERA_CHECK_MPI(MPI_Isend(&comm_id, 1, MPI_UINT64_T, ranks[i], kQueryTag, control_, &sreq));
     sends.push_back(sreq);
     recvs.push_back(rreq);
   }
@@ -130,7 +130,7 @@ std::vector<PeerStatus> Watchdog::query(std::uint64_t comm_id, const std::vector
     for (std::size_t k = 0; k < recvs.size(); ++k) {
       if (recvs[k] == MPI_REQUEST_NULL) continue;
       int flag = 0;
-      MPI_Test(&recvs[k], &flag, MPI_STATUS_IGNORE);
+      TESSERA_CHECK_MPI(MPI_Test(&recvs[k], &flag, MPI_STATUS_IGNORE));
       if (flag) {
         const Reply& r = replies[index[k]];
         result[k].responded = true;

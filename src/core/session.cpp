@@ -51,7 +51,15 @@ void Session::start(int* argc, char*** argv) {
   Session* expected = nullptr;
   if (!g_session.compare_exchange_strong(expected, this))
     throw Error("a tessera::Session is already alive in this process; create exactly one");
+  try {
+    start_runtimes(argc, argv);
+  } catch (...) {
+    g_session = nullptr;  // the destructor will not run for a constructor that threw
+    throw;
+  }
+}
 
+void Session::start_runtimes(int* argc, char*** argv) {
   int initialized = 0;
   MPI_Initialized(&initialized);
   int provided = MPI_THREAD_SINGLE;
@@ -60,19 +68,18 @@ void Session::start(int* argc, char*** argv) {
     // using MPI, so every thread may call MPI at once.
     const int rc = MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
     if (rc != MPI_SUCCESS) {
-      g_session = nullptr;
       throw CommError("MPI_Init_thread failed: " + detail::mpi_error_string(rc), __FILE__, __LINE__);
     }
     owns_mpi_ = true;
   } else {
     MPI_Query_thread(&provided);
   }
-  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
-  MPI_Comm_size(MPI_COMM_WORLD, &size_);
+  // Errors come back as codes, which TESSERA_CHECK_MPI turns into exceptions.
+  TESSERA_CHECK_MPI(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+  TESSERA_CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
+  TESSERA_CHECK_MPI(MPI_Comm_size(MPI_COMM_WORLD, &size_));
   detail::set_error_rank(rank_);
   if (provided < MPI_THREAD_MULTIPLE) {
-    g_session = nullptr;
     if (owns_mpi_) MPI_Finalize();
     detail::set_error_rank(-1);
     throw ConfigError(

@@ -39,6 +39,7 @@ class Session {
 
  private:
   void start(int* argc, char*** argv);
+  void start_runtimes(int* argc, char*** argv);
   bool owns_mpi_ = false;
   bool owns_kokkos_ = false;
   int rank_ = 0;

@@ -131,8 +131,8 @@ struct GlooTransfer final : PendingTransfer {
 class GlooBackend final : public Backend {
  public:
   GlooBackend(MPI_Comm group, const CommOptions& options) : comm_(group) {
-    MPI_Comm_rank(comm_, &rank_);
-    MPI_Comm_size(comm_, &size_);
+    TESSERA_CHECK_MPI(MPI_Comm_rank(comm_, &rank_));
+    TESSERA_CHECK_MPI(MPI_Comm_size(comm_, &size_));
     try {
       context_ = std::make_shared<MpiBootstrappedContext>(comm_, rank_, size_, gloo_timeout(options.timeout));
     } catch (const gloo::Exception& e) {

@@ -50,8 +50,8 @@ struct MpiTransfer final : PendingTransfer {
 class MpiBackend final : public Backend {
  public:
   explicit MpiBackend(MPI_Comm group) : comm_(group) {
-    MPI_Comm_rank(comm_, &rank_);
-    MPI_Comm_size(comm_, &size_);
+    TESSERA_CHECK_MPI(MPI_Comm_rank(comm_, &rank_));
+    TESSERA_CHECK_MPI(MPI_Comm_size(comm_, &size_));
     cuda_aware_ = Session::current().cuda_aware_mpi();
   }
   ~MpiBackend() override {

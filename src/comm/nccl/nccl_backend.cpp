@@ -78,8 +78,8 @@ struct NcclTransfer final : PendingTransfer {
 class NcclBackend final : public Backend {
  public:
   NcclBackend(MPI_Comm group, const CommOptions&) : group_(group) {
-    MPI_Comm_rank(group_, &rank_);
-    MPI_Comm_size(group_, &size_);
+    TESSERA_CHECK_MPI(MPI_Comm_rank(group_, &rank_));
+    TESSERA_CHECK_MPI(MPI_Comm_size(group_, &size_));
     try {
       int devices = 0;
       const cudaError_t rc = cudaGetDeviceCount(&devices);
@@ -93,8 +93,8 @@ class NcclBackend final : public Backend {
       MPI_Comm node;
       TESSERA_CHECK_MPI(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
       int local = 0;
-      MPI_Comm_rank(node, &local);
-      MPI_Comm_free(&node);
+      TESSERA_CHECK_MPI(MPI_Comm_rank(node, &local));
+      TESSERA_CHECK_MPI(MPI_Comm_free(&node));
       TESSERA_CHECK_CUDA(cudaSetDevice(local % devices));
       ncclUniqueId id;
       if (rank_ == 0) TESSERA_CHECK_NCCL(ncclGetUniqueId(&id));
