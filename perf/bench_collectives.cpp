@@ -206,6 +206,7 @@ int main(int argc, char** argv) {
   std::string min_bytes = "64K", max_bytes = "64M", op_name = "all_reduce", dtype_name_arg = "float32",
               redop_name = "sum", backend_arg = "all", json_path;
   int factor = 4, iters = 20, warmup = 5, check_flag = 1, rounds = 3;
+  bool noise_floor = false;
   std::optional<double> min_busbw, min_ratio;
   app.add_option("-b,--minbytes", min_bytes, "smallest size, bytes (K, M, G suffixes)")->capture_default_str();
   app.add_option("-e,--maxbytes", max_bytes, "largest size, bytes")->capture_default_str();
@@ -224,6 +225,9 @@ int main(int argc, char** argv) {
   app.add_option("--json", json_path, "write the results as JSON to this file");
   app.add_option("--min-busbw", min_busbw, "exit non-zero if any Tessera row's busbw (GB/s) is below this");
   app.add_option("--min-ratio", min_ratio, "exit non-zero if any row's Tessera/raw busbw ratio is below this");
+  app.add_flag("--noise-floor", noise_floor,
+               "time the raw call in place of Tessera too (an A/A run): the spread of its ratio around 1 is the "
+               "smallest difference this machine can resolve");
 
   return tessera::apps::run_app(argc, argv, app, [&](tessera::Session& session) {
     const DType dtype = parse_dtype(dtype_name_arg);
@@ -262,9 +266,10 @@ int main(int argc, char** argv) {
       auto raw = perf::RawBaseline::make(*comm, sync);
       for (const auto& op : ops) {
         if (root) {
-          std::printf("#\n# backend %s, %d ranks, op %s, dtype %s, redop %s, %d iters x %d rounds, %d warm-up\n",
+          std::printf("#\n# backend %s, %d ranks, op %s, dtype %s, redop %s, %d iters x %d rounds, %d warm-up%s\n",
                       comm::backend_name(comm->backend()), p, op.c_str(), tessera::dtype_name(dtype),
-                      comm::reduce_op_name(redop), iters, rounds, warmup);
+                      comm::reduce_op_name(redop), iters, rounds, warmup,
+                      noise_floor ? "\n# NOISE FLOOR: the Tessera columns time the raw call too" : "");
           std::printf("# %12s %12s %9s %6s %10s %8s %8s %7s %10s %9s %8s\n", "size", "count", "type", "redop", "time",
                       "algbw", "busbw", "#wrong", "raw time", "raw busbw", "ratio");
           std::printf("# %12s %12s %9s %6s %10s %8s %8s %7s %10s %9s %8s\n", "(B)", "(elements)", "", "", "(us)",
@@ -291,7 +296,12 @@ int main(int argc, char** argv) {
           double t = 1e300, t_raw = 1e300;
           // Alternate which goes first, so neither always inherits the other's cache/scheduler state.
           for (int round = 0; round < rounds; ++round) {
-            auto tessera_batch = [&] { t = std::min(t, time_batch(sync, iters, [&] { run_tessera(*comm, c, b); })); };
+            auto tessera_batch = [&] {
+              t = std::min(t, time_batch(sync, iters, [&] {
+                             if (noise_floor && has_raw) raw->run(op, c.dtype, c.redop, b.send, b.recv, c.per_rank);
+                             else run_tessera(*comm, c, b);
+                           }));
+            };
             auto raw_batch = [&] {
               if (has_raw)
                 t_raw = std::min(t_raw, time_batch(sync, iters, [&] { raw->run(op, c.dtype, c.redop, b.send, b.recv, c.per_rank); }));
@@ -322,7 +332,7 @@ int main(int argc, char** argv) {
                                 {"time_us", t * 1e6}, {"algbw_gbps", algbw}, {"busbw_gbps", busbw},
                                 {"raw_busbw_gbps", has_raw ? nlohmann::json(raw_busbw) : nlohmann::json(nullptr)},
                                 {"raw_time_us", has_raw ? nlohmann::json(t_raw * 1e6) : nlohmann::json(nullptr)},
-                                {"wrong", wrong}};
+                                {"wrong", wrong}, {"noise_floor", noise_floor}};
           out["results"].push_back(row);
           if (bytes > hi / static_cast<std::size_t>(factor)) break;
         }
