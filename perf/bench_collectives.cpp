@@ -6,10 +6,10 @@
 
 #include <tessera/tessera.hpp>
 
-#include <CLI/CLI.hpp>
 #include <mpi.h>
-#include <nlohmann/json.hpp>
 #include <unistd.h>
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -29,7 +29,8 @@ using namespace tessera;
 using comm::Communicator;
 using comm::ReduceOp;
 
-const std::vector<std::string> kOps = {"all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all"};
+const std::vector<std::string> kOps = {"all_reduce", "all_gather", "reduce_scatter",
+                                       "broadcast",  "reduce",     "all_to_all"};
 
 std::size_t parse_size(const std::string& text) {
   std::size_t pos = 0;
@@ -41,10 +42,14 @@ std::size_t parse_size(const std::string& text) {
   }
   std::string unit = text.substr(pos);
   double mult = 1;
-  if (unit == "K" || unit == "k") mult = 1024;
-  else if (unit == "M" || unit == "m") mult = 1024.0 * 1024;
-  else if (unit == "G" || unit == "g") mult = 1024.0 * 1024 * 1024;
-  else if (!unit.empty()) throw ConfigError("size '" + text + "' has an unknown unit; use K, M or G");
+  if (unit == "K" || unit == "k")
+    mult = 1024;
+  else if (unit == "M" || unit == "m")
+    mult = 1024.0 * 1024;
+  else if (unit == "G" || unit == "g")
+    mult = 1024.0 * 1024 * 1024;
+  else if (!unit.empty())
+    throw ConfigError("size '" + text + "' has an unknown unit; use K, M or G");
   if (v <= 0) throw ConfigError("size '" + text + "' must be positive");
   return static_cast<std::size_t>(v * mult);
 }
@@ -57,15 +62,17 @@ double bus_factor(const std::string& op, int n) {
 }
 
 /// Small integers: exact in every dtype, so checks are exact whatever the reduction order.
-double input_value(int rank, std::size_t i) { return static_cast<double>((static_cast<std::size_t>(rank) + i) % 5 + 1); }
+double input_value(int rank, std::size_t i) {
+  return static_cast<double>((static_cast<std::size_t>(rank) + i) % 5 + 1);
+}
 
 struct Case {
   std::string op;
   DType dtype;
   ReduceOp redop;
-  std::size_t bytes;        // nccl-tests "size": the largest of the op's buffers
-  std::size_t count;        // elements of that buffer
-  std::size_t per_rank;     // elements each rank contributes / receives
+  std::size_t bytes;     // nccl-tests "size": the largest of the op's buffers
+  std::size_t count;     // elements of that buffer
+  std::size_t per_rank;  // elements each rank contributes / receives
 };
 
 /// Buffers for one case in the backend's memory, with host images for filling and checking.
@@ -91,32 +98,59 @@ struct Buffers {
 
 void put(void* base, DType t, std::size_t i, double v) {
   switch (t) {
-    case DType::Float32: static_cast<float*>(base)[i] = static_cast<float>(v); break;
-    case DType::Float64: static_cast<double*>(base)[i] = v; break;
-    case DType::Int32: static_cast<std::int32_t*>(base)[i] = static_cast<std::int32_t>(v); break;
-    case DType::Int64: static_cast<std::int64_t*>(base)[i] = static_cast<std::int64_t>(v); break;
-    case DType::BFloat16: static_cast<bfloat16*>(base)[i] = bfloat16(static_cast<float>(v)); break;
-    case DType::Float16: static_cast<float16*>(base)[i] = float16(static_cast<float>(v)); break;
+    case DType::Float32:
+      static_cast<float*>(base)[i] = static_cast<float>(v);
+      break;
+    case DType::Float64:
+      static_cast<double*>(base)[i] = v;
+      break;
+    case DType::Int32:
+      static_cast<std::int32_t*>(base)[i] = static_cast<std::int32_t>(v);
+      break;
+    case DType::Int64:
+      static_cast<std::int64_t*>(base)[i] = static_cast<std::int64_t>(v);
+      break;
+    case DType::BFloat16:
+      static_cast<bfloat16*>(base)[i] = bfloat16(static_cast<float>(v));
+      break;
+    case DType::Float16:
+      static_cast<float16*>(base)[i] = float16(static_cast<float>(v));
+      break;
   }
 }
 double get(const void* base, DType t, std::size_t i) {
   switch (t) {
-    case DType::Float32: return static_cast<const float*>(base)[i];
-    case DType::Float64: return static_cast<const double*>(base)[i];
-    case DType::Int32: return static_cast<const std::int32_t*>(base)[i];
-    case DType::Int64: return static_cast<double>(static_cast<const std::int64_t*>(base)[i]);
-    case DType::BFloat16: return static_cast<float>(static_cast<const bfloat16*>(base)[i]);
-    case DType::Float16: return static_cast<float>(static_cast<const float16*>(base)[i]);
+    case DType::Float32:
+      return static_cast<const float*>(base)[i];
+    case DType::Float64:
+      return static_cast<const double*>(base)[i];
+    case DType::Int32:
+      return static_cast<const std::int32_t*>(base)[i];
+    case DType::Int64:
+      return static_cast<double>(static_cast<const std::int64_t*>(base)[i]);
+    case DType::BFloat16:
+      return static_cast<float>(static_cast<const bfloat16*>(base)[i]);
+    case DType::Float16:
+      return static_cast<float>(static_cast<const float16*>(base)[i]);
   }
   return 0;
 }
 
 void make_buffers(Buffers& b, const Case& c, int p, MemoryKind where) {
   const std::size_t n = c.per_rank, all = n * static_cast<std::size_t>(p);
-  if (c.op == "all_gather") { b.send_count = n; b.recv_count = all; }
-  else if (c.op == "reduce_scatter") { b.send_count = all; b.recv_count = n; }
-  else if (c.op == "all_to_all") { b.send_count = all; b.recv_count = all; }
-  else { b.send_count = n; b.recv_count = n; }
+  if (c.op == "all_gather") {
+    b.send_count = n;
+    b.recv_count = all;
+  } else if (c.op == "reduce_scatter") {
+    b.send_count = all;
+    b.recv_count = n;
+  } else if (c.op == "all_to_all") {
+    b.send_count = all;
+    b.recv_count = all;
+  } else {
+    b.send_count = n;
+    b.recv_count = n;
+  }
   b.where = where;
   b.esz = dtype_size(c.dtype);
   b.host_send.assign(b.send_count * b.esz, 0);
@@ -129,12 +163,18 @@ void make_buffers(Buffers& b, const Case& c, int p, MemoryKind where) {
 /// Runs the case once through Tessera.
 void run_tessera(Communicator& comm, const Case& c, Buffers& b) {
   comm::Buffer s(b.send, b.send_count, c.dtype, b.where), r(b.recv, b.recv_count, c.dtype, b.where);
-  if (c.op == "all_reduce") comm.all_reduce(s, r, c.redop);
-  else if (c.op == "all_gather") comm.all_gather(s, r);
-  else if (c.op == "reduce_scatter") comm.reduce_scatter(s, r, c.redop);
-  else if (c.op == "broadcast") comm.broadcast(r, 0);
-  else if (c.op == "reduce") comm.reduce(s, r, c.redop, 0);
-  else comm.all_to_all(s, r);
+  if (c.op == "all_reduce")
+    comm.all_reduce(s, r, c.redop);
+  else if (c.op == "all_gather")
+    comm.all_gather(s, r);
+  else if (c.op == "reduce_scatter")
+    comm.reduce_scatter(s, r, c.redop);
+  else if (c.op == "broadcast")
+    comm.broadcast(r, 0);
+  else if (c.op == "reduce")
+    comm.reduce(s, r, c.redop, 0);
+  else
+    comm.all_to_all(s, r);
 }
 
 /// Fills inputs, runs once through Tessera, counts wrong output elements on this rank.
@@ -148,13 +188,18 @@ std::size_t check(Communicator& comm, const Case& c, Buffers& b) {
   run_tessera(comm, c, b);
   b.download();
   auto reduced = [&](std::size_t i) {
-    double acc = c.redop == ReduceOp::Prod ? 1 : (c.redop == ReduceOp::Min ? 1e300 : (c.redop == ReduceOp::Max ? -1e300 : 0));
+    double acc =
+        c.redop == ReduceOp::Prod ? 1 : (c.redop == ReduceOp::Min ? 1e300 : (c.redop == ReduceOp::Max ? -1e300 : 0));
     for (int r = 0; r < p; ++r) {
       const double v = input_value(r, i);
-      if (c.redop == ReduceOp::Sum || c.redop == ReduceOp::Avg) acc += v;
-      else if (c.redop == ReduceOp::Prod) acc *= v;
-      else if (c.redop == ReduceOp::Min) acc = std::min(acc, v);
-      else acc = std::max(acc, v);
+      if (c.redop == ReduceOp::Sum || c.redop == ReduceOp::Avg)
+        acc += v;
+      else if (c.redop == ReduceOp::Prod)
+        acc *= v;
+      else if (c.redop == ReduceOp::Min)
+        acc = std::min(acc, v);
+      else
+        acc = std::max(acc, v);
     }
     return c.redop == ReduceOp::Avg ? acc / p : acc;
   };
@@ -165,10 +210,15 @@ std::size_t check(Communicator& comm, const Case& c, Buffers& b) {
     const double tol = c.redop == ReduceOp::Avg ? std::fabs(e) * 1e-2 : 0.0;
     if (std::fabs(got - e) > tol) ++wrong;
   };
-  if (c.op == "all_reduce") for (std::size_t i = 0; i < n; ++i) expect(i, reduced(i));
-  else if (c.op == "reduce") { if (me == 0) for (std::size_t i = 0; i < n; ++i) expect(i, reduced(i)); }
-  else if (c.op == "broadcast") for (std::size_t i = 0; i < n; ++i) expect(i, input_value(0, i));
-  else if (c.op == "reduce_scatter") for (std::size_t i = 0; i < n; ++i) expect(i, reduced(n * static_cast<std::size_t>(me) + i));
+  if (c.op == "all_reduce")
+    for (std::size_t i = 0; i < n; ++i) expect(i, reduced(i));
+  else if (c.op == "reduce") {
+    if (me == 0)
+      for (std::size_t i = 0; i < n; ++i) expect(i, reduced(i));
+  } else if (c.op == "broadcast")
+    for (std::size_t i = 0; i < n; ++i) expect(i, input_value(0, i));
+  else if (c.op == "reduce_scatter")
+    for (std::size_t i = 0; i < n; ++i) expect(i, reduced(n * static_cast<std::size_t>(me) + i));
   else if (c.op == "all_gather") {
     for (int r = 0; r < p; ++r)
       for (std::size_t i = 0; i < n; ++i) expect(n * static_cast<std::size_t>(r) + i, input_value(r, i));
@@ -199,10 +249,11 @@ double time_batch(MPI_Comm sync, int iters, const std::function<void()>& fn) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Collective bandwidth benchmark with nccl-tests semantics; compares Tessera with the raw "
-               "library call on the same buffers.\n"
-               "Usage: mpiexec -n N tessera-bench-collectives [-b 64K] [-e 64M] [-f 4] [-o all_reduce] "
-               "[--backend mpi|gloo|nccl|all] [--json FILE]"};
+  CLI::App app{
+      "Collective bandwidth benchmark with nccl-tests semantics; compares Tessera with the raw "
+      "library call on the same buffers.\n"
+      "Usage: mpiexec -n N tessera-bench-collectives [-b 64K] [-e 64M] [-f 4] [-o all_reduce] "
+      "[--backend mpi|gloo|nccl|all] [--json FILE]"};
   std::string min_bytes = "64K", max_bytes = "64M", op_name = "all_reduce", dtype_name_arg = "float32",
               redop_name = "sum", backend_arg = "all", json_path;
   int factor = 4, iters = 20, warmup = 5, check_flag = 1, rounds = 3;
@@ -210,18 +261,29 @@ int main(int argc, char** argv) {
   std::optional<double> min_busbw, min_ratio;
   app.add_option("-b,--minbytes", min_bytes, "smallest size, bytes (K, M, G suffixes)")->capture_default_str();
   app.add_option("-e,--maxbytes", max_bytes, "largest size, bytes")->capture_default_str();
-  app.add_option("-f,--stepfactor", factor, "multiply the size by this between rows")->capture_default_str()
+  app.add_option("-f,--stepfactor", factor, "multiply the size by this between rows")
+      ->capture_default_str()
       ->check(CLI::Range(2, 1 << 20));
-  app.add_option("-o,--op", op_name, "collective: all_reduce, all_gather, reduce_scatter, broadcast, reduce, all_to_all, all")
+  app.add_option("-o,--op", op_name,
+                 "collective: all_reduce, all_gather, reduce_scatter, broadcast, reduce, all_to_all, all")
       ->capture_default_str();
-  app.add_option("-d,--dtype", dtype_name_arg, "float32, float64, int32, int64, bfloat16, float16")->capture_default_str();
+  app.add_option("-d,--dtype", dtype_name_arg, "float32, float64, int32, int64, bfloat16, float16")
+      ->capture_default_str();
   app.add_option("-r,--redop", redop_name, "reduction: sum, prod, min, max, avg")->capture_default_str();
-  app.add_option("-n,--iters", iters, "timed iterations per measurement")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("-w,--warmup_iters", warmup, "untimed iterations first")->capture_default_str()->check(CLI::NonNegativeNumber);
-  app.add_option("-c,--check", check_flag, "verify results (1) or not (0)")->capture_default_str()->check(CLI::Range(0, 1));
+  app.add_option("-n,--iters", iters, "timed iterations per measurement")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("-w,--warmup_iters", warmup, "untimed iterations first")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("-c,--check", check_flag, "verify results (1) or not (0)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1));
   app.add_option("--rounds", rounds, "alternating Tessera/raw batches per row; the lowest median of each is kept")
-      ->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--backend", backend_arg, "mpi, gloo, nccl or all (every one compiled in and usable)")->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--backend", backend_arg, "mpi, gloo, nccl or all (every one compiled in and usable)")
+      ->capture_default_str();
   app.add_option("--json", json_path, "write the results as JSON to this file");
   app.add_option("--min-busbw", min_busbw, "exit non-zero if any Tessera row's busbw (GB/s) is below this");
   app.add_option("--min-ratio", min_ratio, "exit non-zero if any row's Tessera/raw busbw ratio is below this");
@@ -237,7 +299,8 @@ int main(int argc, char** argv) {
     std::vector<std::string> ops = op_name == "all" ? kOps : std::vector<std::string>{op_name};
     for (const auto& o : ops)
       if (std::find(kOps.begin(), kOps.end(), o) == kOps.end())
-        throw ConfigError("unknown op '" + o + "'; use all_reduce, all_gather, reduce_scatter, broadcast, reduce, all_to_all or all");
+        throw ConfigError("unknown op '" + o +
+                          "'; use all_reduce, all_gather, reduce_scatter, broadcast, reduce, all_to_all or all");
     std::vector<comm::Backend> backends;
     if (backend_arg == "all") {
       backends.push_back(comm::Backend::Mpi);
@@ -255,8 +318,12 @@ int main(int argc, char** argv) {
     gethostname(host, sizeof host - 1);
     const auto info = tessera::build_info();
     nlohmann::json out;
-    out["machine"] = {{"hostname", host}, {"ranks", p}, {"cores", sysconf(_SC_NPROCESSORS_ONLN)},
-                      {"mpi", info.mpi_library}, {"tessera", info.tessera_version}, {"kokkos", info.kokkos_version}};
+    out["machine"] = {{"hostname", host},
+                      {"ranks", p},
+                      {"cores", sysconf(_SC_NPROCESSORS_ONLN)},
+                      {"mpi", info.mpi_library},
+                      {"tessera", info.tessera_version},
+                      {"kokkos", info.kokkos_version}};
     out["results"] = nlohmann::json::array();
     bool below = false, below_ratio = false;
     std::size_t total_wrong = 0;
@@ -279,7 +346,8 @@ int main(int argc, char** argv) {
           Case c{op, dtype, redop, 0, 0, 0};
           const std::size_t esz = dtype_size(dtype);
           const bool spread = op == "all_gather" || op == "reduce_scatter" || op == "all_to_all";
-          c.count = std::max<std::size_t>(bytes / esz / static_cast<std::size_t>(p), 1) * (spread ? static_cast<std::size_t>(p) : 1);
+          c.count = std::max<std::size_t>(bytes / esz / static_cast<std::size_t>(p), 1) *
+                    (spread ? static_cast<std::size_t>(p) : 1);
           if (!spread) c.count = std::max<std::size_t>(bytes / esz, 1);
           c.per_rank = spread ? c.count / static_cast<std::size_t>(p) : c.count;
           c.bytes = c.count * esz;
@@ -298,13 +366,17 @@ int main(int argc, char** argv) {
           for (int round = 0; round < rounds; ++round) {
             auto tessera_batch = [&] {
               t = std::min(t, time_batch(sync, iters, [&] {
-                             if (noise_floor && has_raw) raw->run(op, c.dtype, c.redop, b.send, b.recv, c.per_rank);
-                             else run_tessera(*comm, c, b);
+                             if (noise_floor && has_raw)
+                               raw->run(op, c.dtype, c.redop, b.send, b.recv, c.per_rank);
+                             else
+                               run_tessera(*comm, c, b);
                            }));
             };
             auto raw_batch = [&] {
               if (has_raw)
-                t_raw = std::min(t_raw, time_batch(sync, iters, [&] { raw->run(op, c.dtype, c.redop, b.send, b.recv, c.per_rank); }));
+                t_raw = std::min(t_raw, time_batch(sync, iters, [&] {
+                                   raw->run(op, c.dtype, c.redop, b.send, b.recv, c.per_rank);
+                                 }));
             };
             if (round % 2 == 0) {
               tessera_batch();
@@ -321,18 +393,27 @@ int main(int argc, char** argv) {
           if (min_ratio && has_raw && busbw / raw_busbw < *min_ratio) below_ratio = true;
           if (root) {
             char raw_cols[64] = "       n/a       n/a      n/a";
-            if (has_raw) std::snprintf(raw_cols, sizeof raw_cols, "%10.2f %9.2f %8.3f", t_raw * 1e6, raw_busbw, busbw / raw_busbw);
-            std::printf("  %12zu %12zu %9s %6s %10.2f %8.2f %8.2f %7zu %s\n", c.bytes, c.count, tessera::dtype_name(dtype),
-                        (op == "all_gather" || op == "broadcast" || op == "all_to_all") ? "none" : comm::reduce_op_name(redop),
-                        t * 1e6, algbw, busbw, wrong, raw_cols);
+            if (has_raw)
+              std::snprintf(raw_cols, sizeof raw_cols, "%10.2f %9.2f %8.3f", t_raw * 1e6, raw_busbw, busbw / raw_busbw);
+            std::printf(
+                "  %12zu %12zu %9s %6s %10.2f %8.2f %8.2f %7zu %s\n", c.bytes, c.count, tessera::dtype_name(dtype),
+                (op == "all_gather" || op == "broadcast" || op == "all_to_all") ? "none" : comm::reduce_op_name(redop),
+                t * 1e6, algbw, busbw, wrong, raw_cols);
             std::fflush(stdout);
           }
-          nlohmann::json row = {{"op", op}, {"backend", comm::backend_name(comm->backend())}, {"dtype", tessera::dtype_name(dtype)},
-                                {"redop", comm::reduce_op_name(redop)}, {"bytes", c.bytes}, {"count", c.count},
-                                {"time_us", t * 1e6}, {"algbw_gbps", algbw}, {"busbw_gbps", busbw},
+          nlohmann::json row = {{"op", op},
+                                {"backend", comm::backend_name(comm->backend())},
+                                {"dtype", tessera::dtype_name(dtype)},
+                                {"redop", comm::reduce_op_name(redop)},
+                                {"bytes", c.bytes},
+                                {"count", c.count},
+                                {"time_us", t * 1e6},
+                                {"algbw_gbps", algbw},
+                                {"busbw_gbps", busbw},
                                 {"raw_busbw_gbps", has_raw ? nlohmann::json(raw_busbw) : nlohmann::json(nullptr)},
                                 {"raw_time_us", has_raw ? nlohmann::json(t_raw * 1e6) : nlohmann::json(nullptr)},
-                                {"wrong", wrong}, {"noise_floor", noise_floor}};
+                                {"wrong", wrong},
+                                {"noise_floor", noise_floor}};
           out["results"].push_back(row);
           if (bytes > hi / static_cast<std::size_t>(factor)) break;
         }

@@ -37,15 +37,22 @@ class MpiRaw final : public RawBaseline {
   void run(const std::string& op, DType dtype, comm::ReduceOp redop, void* s, void* r, std::size_t n) override {
     const MPI_Datatype t = comm::detail::mpi_datatype(dtype);
     const int c = static_cast<int>(n);
-    const MPI_Op o = redop == comm::ReduceOp::Sum ? MPI_SUM
+    const MPI_Op o = redop == comm::ReduceOp::Sum    ? MPI_SUM
                      : redop == comm::ReduceOp::Prod ? MPI_PROD
-                     : redop == comm::ReduceOp::Min ? MPI_MIN : MPI_MAX;
-    if (op == "all_reduce") MPI_Allreduce(s, r, c, t, o, comm_);
-    else if (op == "all_gather") MPI_Allgather(s, c, t, r, c, t, comm_);
-    else if (op == "reduce_scatter") MPI_Reduce_scatter_block(s, r, c, t, o, comm_);
-    else if (op == "broadcast") MPI_Bcast(r, c, t, 0, comm_);
-    else if (op == "reduce") MPI_Reduce(s, r, c, t, o, 0, comm_);
-    else MPI_Alltoall(s, c, t, r, c, t, comm_);
+                     : redop == comm::ReduceOp::Min  ? MPI_MIN
+                                                     : MPI_MAX;
+    if (op == "all_reduce")
+      MPI_Allreduce(s, r, c, t, o, comm_);
+    else if (op == "all_gather")
+      MPI_Allgather(s, c, t, r, c, t, comm_);
+    else if (op == "reduce_scatter")
+      MPI_Reduce_scatter_block(s, r, c, t, o, comm_);
+    else if (op == "broadcast")
+      MPI_Bcast(r, c, t, 0, comm_);
+    else if (op == "reduce")
+      MPI_Reduce(s, r, c, t, o, 0, comm_);
+    else
+      MPI_Alltoall(s, c, t, r, c, t, comm_);
     (void)size_;
   }
 
@@ -65,10 +72,18 @@ class GlooRaw final : public RawBaseline {
   }
   void run(const std::string& op, DType dtype, comm::ReduceOp redop, void* s, void* r, std::size_t n) override {
     switch (dtype) {
-      case DType::Float32: go<float>(op, redop, s, r, n); break;
-      case DType::Float64: go<double>(op, redop, s, r, n); break;
-      case DType::Int32: go<std::int32_t>(op, redop, s, r, n); break;
-      default: go<std::int64_t>(op, redop, s, r, n); break;
+      case DType::Float32:
+        go<float>(op, redop, s, r, n);
+        break;
+      case DType::Float64:
+        go<double>(op, redop, s, r, n);
+        break;
+      case DType::Int32:
+        go<std::int32_t>(op, redop, s, r, n);
+        break;
+      default:
+        go<std::int64_t>(op, redop, s, r, n);
+        break;
     }
   }
 
@@ -76,9 +91,10 @@ class GlooRaw final : public RawBaseline {
   template <class T>
   void go(const std::string& op, comm::ReduceOp redop, void* sv, void* rv, std::size_t n) {
     using Fn = void (*)(void*, const void*, const void*, std::size_t);
-    const Fn fn = redop == comm::ReduceOp::Sum ? static_cast<Fn>(&gloo::sum<T>)
+    const Fn fn = redop == comm::ReduceOp::Sum    ? static_cast<Fn>(&gloo::sum<T>)
                   : redop == comm::ReduceOp::Prod ? static_cast<Fn>(&gloo::product<T>)
-                  : redop == comm::ReduceOp::Min ? static_cast<Fn>(&gloo::min<T>) : static_cast<Fn>(&gloo::max<T>);
+                  : redop == comm::ReduceOp::Min  ? static_cast<Fn>(&gloo::min<T>)
+                                                  : static_cast<Fn>(&gloo::max<T>);
     T* s = static_cast<T*>(sv);
     T* r = static_cast<T*>(rv);
     const std::size_t all = n * static_cast<std::size_t>(size_);
@@ -133,16 +149,27 @@ class NcclRaw final : public RawBaseline {
     return op == "all_reduce" || op == "all_gather" || op == "reduce_scatter" || op == "broadcast" || op == "reduce";
   }
   void run(const std::string& op, DType dtype, comm::ReduceOp redop, void* s, void* r, std::size_t n) override {
-    const ncclDataType_t t = dtype == DType::Float32 ? ncclFloat32 : dtype == DType::Float64 ? ncclFloat64
-                             : dtype == DType::Int32 ? ncclInt32 : dtype == DType::Int64 ? ncclInt64
-                             : dtype == DType::BFloat16 ? ncclBfloat16 : ncclFloat16;
-    const ncclRedOp_t o = redop == comm::ReduceOp::Sum ? ncclSum : redop == comm::ReduceOp::Prod ? ncclProd
-                          : redop == comm::ReduceOp::Min ? ncclMin : redop == comm::ReduceOp::Max ? ncclMax : ncclAvg;
-    if (op == "all_reduce") ncclAllReduce(s, r, n, t, o, h_.comm, h_.stream);
-    else if (op == "all_gather") ncclAllGather(s, r, n, t, h_.comm, h_.stream);
-    else if (op == "reduce_scatter") ncclReduceScatter(s, r, n, t, o, h_.comm, h_.stream);
-    else if (op == "broadcast") ncclBroadcast(r, r, n, t, 0, h_.comm, h_.stream);
-    else ncclReduce(s, r, n, t, o, 0, h_.comm, h_.stream);
+    const ncclDataType_t t = dtype == DType::Float32    ? ncclFloat32
+                             : dtype == DType::Float64  ? ncclFloat64
+                             : dtype == DType::Int32    ? ncclInt32
+                             : dtype == DType::Int64    ? ncclInt64
+                             : dtype == DType::BFloat16 ? ncclBfloat16
+                                                        : ncclFloat16;
+    const ncclRedOp_t o = redop == comm::ReduceOp::Sum    ? ncclSum
+                          : redop == comm::ReduceOp::Prod ? ncclProd
+                          : redop == comm::ReduceOp::Min  ? ncclMin
+                          : redop == comm::ReduceOp::Max  ? ncclMax
+                                                          : ncclAvg;
+    if (op == "all_reduce")
+      ncclAllReduce(s, r, n, t, o, h_.comm, h_.stream);
+    else if (op == "all_gather")
+      ncclAllGather(s, r, n, t, h_.comm, h_.stream);
+    else if (op == "reduce_scatter")
+      ncclReduceScatter(s, r, n, t, o, h_.comm, h_.stream);
+    else if (op == "broadcast")
+      ncclBroadcast(r, r, n, t, 0, h_.comm, h_.stream);
+    else
+      ncclReduce(s, r, n, t, o, 0, h_.comm, h_.stream);
     cudaStreamSynchronize(h_.stream);
     (void)size_;
   }
@@ -158,12 +185,15 @@ class NcclRaw final : public RawBaseline {
 std::unique_ptr<RawBaseline> RawBaseline::make(comm::Communicator& c, MPI_Comm world) {
   switch (c.backend()) {
 #if TESSERA_HAVE_GLOO
-    case comm::Backend::Gloo: return std::make_unique<GlooRaw>(c);
+    case comm::Backend::Gloo:
+      return std::make_unique<GlooRaw>(c);
 #endif
 #if TESSERA_HAVE_NCCL
-    case comm::Backend::Nccl: return std::make_unique<NcclRaw>(c);
+    case comm::Backend::Nccl:
+      return std::make_unique<NcclRaw>(c);
 #endif
-    default: return std::make_unique<MpiRaw>(c, world);
+    default:
+      return std::make_unique<MpiRaw>(c, world);
   }
 }
 

@@ -40,15 +40,14 @@ inline comm::Communicator& world() {
 }
 
 /// Asserts that statement throws ExceptionType whose what() contains `needle`.
-#define EXPECT_THROW_WITH(statement, ExceptionType, needle)                                   \
-  do {                                                                                        \
-    try {                                                                                     \
-      statement;                                                                              \
-      ADD_FAILURE() << "expected " #ExceptionType " containing \"" << (needle) << "\"";       \
-    } catch (const ExceptionType& e) {                                                        \
-      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos)                        \
-          << "message was: " << e.what();                                                     \
-    }                                                                                         \
+#define EXPECT_THROW_WITH(statement, ExceptionType, needle)                                            \
+  do {                                                                                                 \
+    try {                                                                                              \
+      statement;                                                                                       \
+      ADD_FAILURE() << "expected " #ExceptionType " containing \"" << (needle) << "\"";                \
+    } catch (const ExceptionType& e) {                                                                 \
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << "message was: " << e.what(); \
+    }                                                                                                  \
   } while (0)
 
 }  // namespace tessera::test

@@ -3,8 +3,8 @@
 // into one clear message and a non-zero exit on every rank (aborting the job when ranks
 // may disagree, so none is left hanging).
 
-#include <CLI/CLI.hpp>
 #include <mpi.h>
+#include <CLI/CLI.hpp>
 
 #include <cstdio>
 #include <exception>

@@ -60,7 +60,8 @@ class Demo {
     printer_.gather({pb.data(), width}, {all_before.data(), all_before.size()}, 0);
     printer_.gather({pa.data(), width}, {all_after.data(), all_after.size()}, 0);
     bool ok = after.size() == expected.size();
-    for (std::size_t i = 0; ok && i < after.size(); ++i) ok = std::fabs(after[i] - expected[i]) <= 1e-4f * (1 + std::fabs(expected[i]));
+    for (std::size_t i = 0; ok && i < after.size(); ++i)
+      ok = std::fabs(after[i] - expected[i]) <= 1e-4f * (1 + std::fabs(expected[i]));
     int wrong = ok ? 0 : 1, total = 0;
     printer_.all_reduce({&wrong, 1}, {&total, 1});
     failures_ += total;
@@ -74,7 +75,8 @@ class Demo {
       std::printf("rank %d: before %-24s after %s\n", r, format(unpack(all_before)).c_str(),
                   format(unpack(all_after)).c_str());
     }
-    std::printf("%s\n", total == 0 ? "correct on every rank" : (std::to_string(total) + " rank(s) got a wrong result").c_str());
+    std::printf("%s\n",
+                total == 0 ? "correct on every rank" : (std::to_string(total) + " rank(s) got a wrong result").c_str());
     std::fflush(stdout);
   }
 
@@ -88,12 +90,12 @@ class Demo {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Runs the textbook collective examples on every rank and prints them per rank.\n"
-               "Usage: mpiexec -n 4 tessera-collectives [--backend mpi|gloo|nccl]"};
+  CLI::App app{
+      "Runs the textbook collective examples on every rank and prints them per rank.\n"
+      "Usage: mpiexec -n 4 tessera-collectives [--backend mpi|gloo|nccl]"};
   std::string backend_name = "mpi";
   bool info = false;
-  app.add_option("--backend", backend_name, "communication backend: auto, mpi, gloo or nccl")
-      ->capture_default_str();
+  app.add_option("--backend", backend_name, "communication backend: auto, mpi, gloo or nccl")->capture_default_str();
   app.add_flag("--info", info, "print the build configuration first");
 
   return tessera::apps::run_app(argc, argv, app, [&](tessera::Session& session) {

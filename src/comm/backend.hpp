@@ -14,8 +14,17 @@
 namespace tessera::comm::detail {
 
 enum class OpType : std::uint8_t {
-  Broadcast, Scatter, Gather, Reduce, AllReduce, AllGather, ReduceScatter, AllToAll,
-  Barrier, Send, Recv,
+  Broadcast,
+  Scatter,
+  Gather,
+  Reduce,
+  AllReduce,
+  AllGather,
+  ReduceScatter,
+  AllToAll,
+  Barrier,
+  Send,
+  Recv,
 };
 const char* op_name(OpType type) noexcept;
 inline bool is_collective(OpType t) noexcept { return t != OpType::Send && t != OpType::Recv; }

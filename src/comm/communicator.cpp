@@ -1,6 +1,6 @@
 #include <tessera/comm/communicator.hpp>
-#include <tessera/core/session.hpp>
 #include <tessera/config.hpp>
+#include <tessera/core/session.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -53,8 +53,10 @@ void convert(To* out, const From* in, std::size_t n) {
 }
 
 void widen(float* out, const void* in, DType dtype, std::size_t n) {
-  if (dtype == DType::BFloat16) convert(out, static_cast<const bfloat16*>(in), n);
-  else convert(out, static_cast<const float16*>(in), n);
+  if (dtype == DType::BFloat16)
+    convert(out, static_cast<const bfloat16*>(in), n);
+  else
+    convert(out, static_cast<const float16*>(in), n);
 }
 
 void narrow(void* out, const float* in, DType dtype, std::size_t n) {
@@ -77,8 +79,8 @@ struct Signature {
   std::uint8_t reduce;
   std::uint8_t pad;
   bool operator==(const Signature& o) const {
-    return coll_seq == o.coll_seq && count == o.count && root == o.root && type == o.type &&
-           dtype == o.dtype && reduce == o.reduce;
+    return coll_seq == o.coll_seq && count == o.count && root == o.root && type == o.type && dtype == o.dtype &&
+           reduce == o.reduce;
   }
 };
 
@@ -87,8 +89,8 @@ Signature signature_of(const Op& op) {
   s.coll_seq = op.coll_seq;
   s.count = op.count;
   s.type = static_cast<std::uint8_t>(op.type);
-  const bool rooted = op.type == OpType::Broadcast || op.type == OpType::Scatter ||
-                      op.type == OpType::Gather || op.type == OpType::Reduce;
+  const bool rooted = op.type == OpType::Broadcast || op.type == OpType::Scatter || op.type == OpType::Gather ||
+                      op.type == OpType::Reduce;
   s.root = rooted ? op.root : 0;
   s.dtype = op.type == OpType::Barrier ? 0 : static_cast<std::uint8_t>(op.dtype);
   s.reduce = is_reduction(op.type) ? static_cast<std::uint8_t>(op.reduce) : 0;
@@ -239,8 +241,8 @@ class CommState {
   void ensure_usable() {
     if (!failed.load()) return;
     std::lock_guard<std::mutex> lock(failure_mutex);
-    throw CommError("communicator '" + options.name + "' is unusable after an earlier failure (" +
-                    failure + "); create a new communicator or restart the job");
+    throw CommError("communicator '" + options.name + "' is unusable after an earlier failure (" + failure +
+                    "); create a new communicator or restart the job");
   }
 
   void fail(const std::string& message) {
@@ -300,8 +302,7 @@ class CommState {
     try {
       if (op.count == 0 && op.type != OpType::Barrier && !options.check) return;
       if (is_collective(op.type) &&
-          (options.check ||
-           (backend->needs_arrival_fence() && !deadline.none && op.type != OpType::Barrier)))
+          (options.check || (backend->needs_arrival_fence() && !deadline.none && op.type != OpType::Barrier)))
         fence(op, deadline);
       if (op.count == 0 && op.type != OpType::Barrier) return;
       execute_converted(op, deadline);
@@ -325,8 +326,8 @@ class CommState {
     }
     const Signature mine = signature_of(op);
     std::vector<Signature> all(static_cast<std::size_t>(size));
-    TESSERA_CHECK_MPI(MPI_Iallgather(&mine, sizeof mine, MPI_BYTE, all.data(), sizeof mine, MPI_BYTE,
-                                     fence_comm, &request));
+    TESSERA_CHECK_MPI(
+        MPI_Iallgather(&mine, sizeof mine, MPI_BYTE, all.data(), sizeof mine, MPI_BYTE, fence_comm, &request));
     wait_mpi(request, deadline, "waiting for every rank to arrive at the op check");
     if (std::all_of(all.begin(), all.end(), [&](const Signature& s) { return s == all[0]; })) return;
     // Every rank holds the same table, so every rank raises the same error.
@@ -334,20 +335,22 @@ class CommState {
     for (int r = 0; r < size; ++r) {
       const Signature& s = all[static_cast<std::size_t>(r)];
       auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == s; });
-      if (it == groups.end()) groups.push_back({s, {r}});
-      else it->second.push_back(r);
+      if (it == groups.end())
+        groups.push_back({s, {r}});
+      else
+        it->second.push_back(r);
     }
     std::string message = "collective mismatch on communicator '" + options.name + "' at collective #" +
                           std::to_string(op.coll_seq) + ":";
     for (std::size_t i = 0; i < groups.size(); ++i) {
       const auto& g = groups[i];
-      message += std::string(i ? ";" : "") + (g.second.size() > 1 ? " ranks " : " rank ") +
-                 rank_list(g.second) + " called " + describe(g.first);
-      if (g.first.coll_seq != op.coll_seq)
-        message += " as their collective #" + std::to_string(g.first.coll_seq);
+      message += std::string(i ? ";" : "") + (g.second.size() > 1 ? " ranks " : " rank ") + rank_list(g.second) +
+                 " called " + describe(g.first);
+      if (g.first.coll_seq != op.coll_seq) message += " as their collective #" + std::to_string(g.first.coll_seq);
     }
-    message += ". Every rank must issue the same collectives, with the same counts, dtypes and "
-               "roots, in the same order.";
+    message +=
+        ". Every rank must issue the same collectives, with the same counts, dtypes and "
+        "roots, in the same order.";
     fail(message);
     throw MismatchError(message, __FILE__, __LINE__);
   }
@@ -430,32 +433,44 @@ class CommState {
     const std::size_t n = op.count, all = n * static_cast<std::size_t>(size);
     const bool root = rank == op.root;
     switch (op.type) {
-      case OpType::Broadcast: return {root ? n : 0, n};
-      case OpType::Scatter: return {root ? all : 0, n};
-      case OpType::Gather: return {n, root ? all : 0};
-      case OpType::Reduce: return {n, root ? n : 0};
-      case OpType::AllReduce: return {n, n};
-      case OpType::AllGather: return {n, all};
-      case OpType::ReduceScatter: return {all, n};
-      case OpType::AllToAll: return {all, all};
-      case OpType::Send: return {n, 0};
-      case OpType::Recv: return {0, n};
-      case OpType::Barrier: return {0, 0};
+      case OpType::Broadcast:
+        return {root ? n : 0, n};
+      case OpType::Scatter:
+        return {root ? all : 0, n};
+      case OpType::Gather:
+        return {n, root ? all : 0};
+      case OpType::Reduce:
+        return {n, root ? n : 0};
+      case OpType::AllReduce:
+        return {n, n};
+      case OpType::AllGather:
+        return {n, all};
+      case OpType::ReduceScatter:
+        return {all, n};
+      case OpType::AllToAll:
+        return {all, all};
+      case OpType::Send:
+        return {n, 0};
+      case OpType::Recv:
+        return {0, n};
+      case OpType::Barrier:
+        return {0, 0};
     }
     return {0, 0};
   }
 
   [[noreturn]] void timed_out(const Op& op, const std::string& what) {
-    std::string message = describe(op) + ", collective #" + std::to_string(op.coll_seq) +
-                          " on communicator '" + options.name + "' [" + backend_name(backend->kind()) +
-                          ", " + std::to_string(size) + " ranks], timed out after " +
-                          seconds_text(options.timeout) + " " + what + ".";
-    if (!is_collective(op.type)) message = describe(op) + " on communicator '" + options.name +
-                                           "' timed out after " + seconds_text(options.timeout) + " " +
-                                           what + ".";
+    std::string message = describe(op) + ", collective #" + std::to_string(op.coll_seq) + " on communicator '" +
+                          options.name + "' [" + backend_name(backend->kind()) + ", " + std::to_string(size) +
+                          " ranks], timed out after " + seconds_text(options.timeout) + " " + what + ".";
+    if (!is_collective(op.type))
+      message = describe(op) + " on communicator '" + options.name + "' timed out after " +
+                seconds_text(options.timeout) + " " + what + ".";
     std::vector<int> ask;
-    if (is_collective(op.type)) ask = world_ranks;
-    else ask = {world_ranks[static_cast<std::size_t>(op.peer)]};
+    if (is_collective(op.type))
+      ask = world_ranks;
+    else
+      ask = {world_ranks[static_cast<std::size_t>(op.peer)]};
     const auto peers = Watchdog::instance().query(id, ask, std::chrono::milliseconds(2000));
     auto comm_rank = [&](int world) {
       return static_cast<int>(std::find(world_ranks.begin(), world_ranks.end(), world) - world_ranks.begin());
@@ -469,8 +484,7 @@ class CommState {
       } else if (!p.member) {
         missing.push_back(std::to_string(r) + " (has not created this communicator)");
       } else if (!is_collective(op.type) || p.collectives_issued <= op.coll_seq) {
-        std::string where = std::to_string(r) + " (has issued " + std::to_string(p.collectives_issued) +
-                            " collectives";
+        std::string where = std::to_string(r) + " (has issued " + std::to_string(p.collectives_issued) + " collectives";
         if (p.last_op != 255) where += std::string(", last op ") + op_name(static_cast<OpType>(p.last_op));
         missing.push_back(where + ")");
       } else {
@@ -487,9 +501,10 @@ class CommState {
       for (std::size_t i = 0; i < missing.size(); ++i) message += (i ? "; " : "") + missing[i];
       message += ". Ranks that arrived: " + rank_list(arrived) + ".";
     }
-    message += " A rank that skipped or reordered a collective, or is stuck elsewhere, causes this; "
-               "TESSERA_COMM_CHECK=1 compares ops across ranks, TESSERA_COMM_TIMEOUT sets the limit "
-               "in seconds.";
+    message +=
+        " A rank that skipped or reordered a collective, or is stuck elsewhere, causes this; "
+        "TESSERA_COMM_CHECK=1 compares ops across ranks, TESSERA_COMM_TIMEOUT sets the limit "
+        "in seconds.";
     fail(message);
     throw TimeoutError(message, __FILE__, __LINE__);
   }
@@ -540,8 +555,9 @@ Communicator::~Communicator() {
   if (state_ && state_->failed.load() && state_->running.load()) {
     state_->worker.detach();
     (void)state_.release();
-    tessera::detail::logger().warn("communicator destroyed while an operation was stuck after a failure; "
-                       "its resources are leaked");
+    tessera::detail::logger().warn(
+        "communicator destroyed while an operation was stuck after a failure; "
+        "its resources are leaked");
   }
 }
 
@@ -559,18 +575,27 @@ std::unique_ptr<Communicator> Communicator::create(Backend backend, CommOptions 
   TESSERA_CHECK_MPI(MPI_Comm_dup(MPI_COMM_WORLD, &group));
   std::unique_ptr<detail::Backend> impl;
   switch (backend) {
-    case Backend::Gloo: impl = detail::make_gloo_backend(group, options); break;
-    case Backend::Nccl: impl = detail::make_nccl_backend(group, options); break;
-    default: impl = detail::make_mpi_backend(group); break;
+    case Backend::Gloo:
+      impl = detail::make_gloo_backend(group, options);
+      break;
+    case Backend::Nccl:
+      impl = detail::make_nccl_backend(group, options);
+      break;
+    default:
+      impl = detail::make_mpi_backend(group);
+      break;
   }
   return std::make_unique<Communicator>(std::move(impl), std::move(options), path);
 }
 
 bool backend_compiled(Backend backend) noexcept {
   switch (backend) {
-    case Backend::Gloo: return TESSERA_HAVE_GLOO != 0;
-    case Backend::Nccl: return TESSERA_HAVE_NCCL != 0;
-    default: return true;
+    case Backend::Gloo:
+      return TESSERA_HAVE_GLOO != 0;
+    case Backend::Nccl:
+      return TESSERA_HAVE_NCCL != 0;
+    default:
+      return true;
   }
 }
 
@@ -696,7 +721,8 @@ struct Checker {
   bool requires_device;
 
   void data(const Buffer& b, std::size_t needed, const char* which) const {
-    if (needed > 0 && b.data == nullptr) bad(fn, std::string(which) + " is null but " + std::to_string(needed) + " elements are needed");
+    if (needed > 0 && b.data == nullptr)
+      bad(fn, std::string(which) + " is null but " + std::to_string(needed) + " elements are needed");
   }
   void capacity(const Buffer& b, std::size_t needed, const char* which, const std::string& formula) const {
     if (b.count < needed)
@@ -724,13 +750,15 @@ struct Checker {
   }
   void memory(MemoryKind m) const {
     if (requires_device && m == MemoryKind::Host)
-      bad(fn, "the NCCL backend needs device memory (cudaMalloc or a CUDA-space view); use the mpi or "
-              "gloo backend for host buffers");
+      bad(fn,
+          "the NCCL backend needs device memory (cudaMalloc or a CUDA-space view); use the mpi or "
+          "gloo backend for host buffers");
   }
-  void no_overlap(const Buffer& a, std::size_t a_n, const Buffer& b, std::size_t b_n, const std::string& allowed) const {
+  void no_overlap(const Buffer& a, std::size_t a_n, const Buffer& b, std::size_t b_n,
+                  const std::string& allowed) const {
     if (overlaps(a, a_n, b, b_n))
       bad(fn, "input and output overlap" + (allowed.empty() ? std::string("; use separate buffers")
-                                                          : "; the only in-place form allowed is " + allowed));
+                                                            : "; the only in-place form allowed is " + allowed));
   }
 };
 
@@ -963,7 +991,9 @@ void Communicator::send(Buffer b, int peer, int tag) { submit(make_p2p(*state_, 
 void Communicator::recv(Buffer b, int peer, int tag) { submit(make_p2p(*state_, OpType::Recv, b, peer, tag), false); }
 
 Work Communicator::broadcast_async(Buffer b, int root) { return submit(make_broadcast(*state_, b, root), true); }
-Work Communicator::scatter_async(Buffer s, Buffer r, int root) { return submit(make_scatter(*state_, s, r, root), true); }
+Work Communicator::scatter_async(Buffer s, Buffer r, int root) {
+  return submit(make_scatter(*state_, s, r, root), true);
+}
 Work Communicator::gather_async(Buffer s, Buffer r, int root) { return submit(make_gather(*state_, s, r, root), true); }
 Work Communicator::reduce_async(Buffer s, Buffer r, ReduceOp op, int root) {
   return submit(make_reduce(*state_, s, r, op, root), true);

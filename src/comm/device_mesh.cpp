@@ -9,8 +9,8 @@ DeviceMesh::DeviceMesh(Communicator& world, int dp, int tp, int pp) : world_(wor
   if (static_cast<long long>(dp) * tp * pp != world.size())
     throw ConfigError("DeviceMesh: dp*tp*pp = " + std::to_string(dp) + "*" + std::to_string(tp) + "*" +
                       std::to_string(pp) + " = " + std::to_string(static_cast<long long>(dp) * tp * pp) +
-                      " does not match the " + std::to_string(world.size()) +
-                      " ranks; choose sizes whose product is " + std::to_string(world.size()));
+                      " does not match the " + std::to_string(world.size()) + " ranks; choose sizes whose product is " +
+                      std::to_string(world.size()));
   const int r = world.rank();
   coords_.tp = r % tp;
   coords_.dp = (r / tp) % dp;

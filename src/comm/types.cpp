@@ -19,10 +19,14 @@ std::string lower(std::string s) {
 
 const char* backend_name(Backend backend) noexcept {
   switch (backend) {
-    case Backend::Auto: return "auto";
-    case Backend::Mpi: return "mpi";
-    case Backend::Gloo: return "gloo";
-    case Backend::Nccl: return "nccl";
+    case Backend::Auto:
+      return "auto";
+    case Backend::Mpi:
+      return "mpi";
+    case Backend::Gloo:
+      return "gloo";
+    case Backend::Nccl:
+      return "nccl";
   }
   return "unknown";
 }
@@ -38,11 +42,16 @@ Backend parse_backend(const std::string& name) {
 
 const char* reduce_op_name(ReduceOp op) noexcept {
   switch (op) {
-    case ReduceOp::Sum: return "sum";
-    case ReduceOp::Prod: return "prod";
-    case ReduceOp::Min: return "min";
-    case ReduceOp::Max: return "max";
-    case ReduceOp::Avg: return "avg";
+    case ReduceOp::Sum:
+      return "sum";
+    case ReduceOp::Prod:
+      return "prod";
+    case ReduceOp::Min:
+      return "min";
+    case ReduceOp::Max:
+      return "max";
+    case ReduceOp::Avg:
+      return "avg";
   }
   return "unknown";
 }
@@ -84,17 +93,28 @@ namespace detail {
 
 const char* op_name(OpType type) noexcept {
   switch (type) {
-    case OpType::Broadcast: return "broadcast";
-    case OpType::Scatter: return "scatter";
-    case OpType::Gather: return "gather";
-    case OpType::Reduce: return "reduce";
-    case OpType::AllReduce: return "all_reduce";
-    case OpType::AllGather: return "all_gather";
-    case OpType::ReduceScatter: return "reduce_scatter";
-    case OpType::AllToAll: return "all_to_all";
-    case OpType::Barrier: return "barrier";
-    case OpType::Send: return "send";
-    case OpType::Recv: return "recv";
+    case OpType::Broadcast:
+      return "broadcast";
+    case OpType::Scatter:
+      return "scatter";
+    case OpType::Gather:
+      return "gather";
+    case OpType::Reduce:
+      return "reduce";
+    case OpType::AllReduce:
+      return "all_reduce";
+    case OpType::AllGather:
+      return "all_gather";
+    case OpType::ReduceScatter:
+      return "reduce_scatter";
+    case OpType::AllToAll:
+      return "all_to_all";
+    case OpType::Barrier:
+      return "barrier";
+    case OpType::Send:
+      return "send";
+    case OpType::Recv:
+      return "recv";
   }
   return "unknown";
 }
@@ -143,12 +163,17 @@ void wait_mpi(MPI_Request& request, const Deadline& deadline, const char* what) 
 
 MPI_Datatype mpi_datatype(DType dtype) {
   switch (dtype) {
-    case DType::Float32: return MPI_FLOAT;
-    case DType::Float64: return MPI_DOUBLE;
-    case DType::Int32: return MPI_INT32_T;
-    case DType::Int64: return MPI_INT64_T;
+    case DType::Float32:
+      return MPI_FLOAT;
+    case DType::Float64:
+      return MPI_DOUBLE;
+    case DType::Int32:
+      return MPI_INT32_T;
+    case DType::Int64:
+      return MPI_INT64_T;
     case DType::BFloat16:
-    case DType::Float16: return MPI_UINT16_T;
+    case DType::Float16:
+      return MPI_UINT16_T;
   }
   throw ConfigError(std::string("no MPI datatype for ") + dtype_name(dtype));
 }

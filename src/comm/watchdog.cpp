@@ -81,8 +81,8 @@ void Watchdog::loop() {
         TESSERA_CHECK_MPI(MPI_Iprobe(MPI_ANY_SOURCE, kQueryTag, control_, &flag, &status));
         if (!flag) break;
         std::uint64_t comm_id = 0;
-        TESSERA_CHECK_MPI(MPI_Recv(&comm_id, 1, MPI_UINT64_T, status.MPI_SOURCE, kQueryTag,
-                                   control_, MPI_STATUS_IGNORE));
+        TESSERA_CHECK_MPI(
+            MPI_Recv(&comm_id, 1, MPI_UINT64_T, status.MPI_SOURCE, kQueryTag, control_, MPI_STATUS_IGNORE));
         Reply reply{};
         {
           std::lock_guard<std::mutex> l(registry_mutex_);
@@ -94,8 +94,7 @@ void Watchdog::loop() {
           }
         }
         // The reply is small enough to go eagerly; the asker has posted its receive.
-        TESSERA_CHECK_MPI(MPI_Send(&reply, sizeof reply, MPI_BYTE, status.MPI_SOURCE, kReplyTag,
-                                   control_));
+        TESSERA_CHECK_MPI(MPI_Send(&reply, sizeof reply, MPI_BYTE, status.MPI_SOURCE, kReplyTag, control_));
       }
     } catch (const std::exception& e) {
       tessera::detail::logger().warn("watchdog: {}", e.what());

@@ -43,8 +43,7 @@ class Watchdog {
   /// Forgets comm_id; safe to call after the watchdog has stopped (does nothing then).
   static void remove(std::uint64_t comm_id);
   /// Asks each world rank in `ranks` (this rank excluded) about comm_id; waits up to `wait`.
-  std::vector<PeerStatus> query(std::uint64_t comm_id, const std::vector<int>& ranks,
-                                std::chrono::milliseconds wait);
+  std::vector<PeerStatus> query(std::uint64_t comm_id, const std::vector<int>& ranks, std::chrono::milliseconds wait);
 
  private:
   Watchdog();

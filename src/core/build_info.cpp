@@ -1,8 +1,8 @@
-#include <tessera/core/build_info.hpp>
 #include <tessera/config.hpp>
+#include <tessera/core/build_info.hpp>
 
-#include <Kokkos_Core.hpp>
 #include <mpi.h>
+#include <Kokkos_Core.hpp>
 
 #if TESSERA_HAVE_HDF5
 #include <hdf5.h>
@@ -22,8 +22,8 @@ BuildInfo build_info() {
     info.mpi_library = info.mpi_library.substr(0, info.mpi_library.find_first_of("\n,"));
   }
   const int kv = KOKKOS_VERSION;
-  info.kokkos_version = std::to_string(kv / 10000) + "." + std::to_string(kv / 100 % 100) + "." +
-                        std::to_string(kv % 100);
+  info.kokkos_version =
+      std::to_string(kv / 10000) + "." + std::to_string(kv / 100 % 100) + "." + std::to_string(kv % 100);
 #if TESSERA_HAVE_HDF5
   unsigned major = 0, minor = 0, release = 0;
   TESSERA_CHECK_HDF5(H5get_libversion(&major, &minor, &release));

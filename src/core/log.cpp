@@ -9,8 +9,7 @@ namespace tessera::detail {
 
 spdlog::logger& logger() {
   static std::shared_ptr<spdlog::logger> logger = [] {
-    auto l = std::make_shared<spdlog::logger>("tessera",
-                                              std::make_shared<spdlog::sinks::stderr_sink_mt>());
+    auto l = std::make_shared<spdlog::logger>("tessera", std::make_shared<spdlog::sinks::stderr_sink_mt>());
     int rank = 0, initialized = 0;
     MPI_Initialized(&initialized);
     if (initialized) MPI_Comm_rank(MPI_COMM_WORLD, &rank);

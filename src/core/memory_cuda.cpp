@@ -28,8 +28,10 @@ void copy_host_to_device(void* device, const void* host, std::size_t bytes) {
 
 HostStaging::~HostStaging() {
   if (data_ == nullptr) return;
-  if (is_pinned_) cudaFreeHost(data_);
-  else std::free(data_);
+  if (is_pinned_)
+    cudaFreeHost(data_);
+  else
+    std::free(data_);
 }
 void* HostStaging::reserve(std::size_t bytes) {
   if (bytes <= capacity_) return data_;

@@ -11,8 +11,9 @@ MemoryKind memory_kind_of(const void*) noexcept { return MemoryKind::Host; }
 
 namespace detail {
 void copy_device_to_host(void*, const void*, std::size_t) {
-  throw NotCompiledError("device memory needs CUDA, which is not compiled in; rebuild with "
-                         "the CUDA toolkit available (TESSERA_ENABLE_NCCL=ON)");
+  throw NotCompiledError(
+      "device memory needs CUDA, which is not compiled in; rebuild with "
+      "the CUDA toolkit available (TESSERA_ENABLE_NCCL=ON)");
 }
 void copy_host_to_device(void* d, const void* h, std::size_t b) { copy_device_to_host(d, h, b); }
 

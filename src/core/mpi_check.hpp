@@ -15,9 +15,9 @@ std::string mpi_error_string(int code);
 [[noreturn]] void throw_mpi_error(const char* call, int code, const char* file, int line);
 }  // namespace tessera::detail
 
-#define TESSERA_CHECK_MPI(call)                                                         \
-  do {                                                                                  \
-    const int tessera_mpi_rc_ = (call);                                                 \
-    if (tessera_mpi_rc_ != MPI_SUCCESS)                                                 \
-      ::tessera::detail::throw_mpi_error(#call, tessera_mpi_rc_, __FILE__, __LINE__);   \
+#define TESSERA_CHECK_MPI(call)                                                       \
+  do {                                                                                \
+    const int tessera_mpi_rc_ = (call);                                               \
+    if (tessera_mpi_rc_ != MPI_SUCCESS)                                               \
+      ::tessera::detail::throw_mpi_error(#call, tessera_mpi_rc_, __FILE__, __LINE__); \
   } while (0)

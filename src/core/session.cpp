@@ -1,7 +1,7 @@
 #include <tessera/core/session.hpp>
 
-#include <Kokkos_Core.hpp>
 #include <mpi.h>
+#include <Kokkos_Core.hpp>
 
 #if __has_include(<mpi-ext.h>)
 #include <mpi-ext.h>
@@ -82,10 +82,9 @@ void Session::start_runtimes(int* argc, char*** argv) {
   if (provided < MPI_THREAD_MULTIPLE) {
     if (owns_mpi_) MPI_Finalize();
     detail::set_error_rank(-1);
-    throw ConfigError(
-        "the MPI library does not provide MPI_THREAD_MULTIPLE (got level " + std::to_string(provided) +
-        "), which Tessera's asynchronous collectives need; use an MPI built with thread support "
-        "(Cray MPICH: export MPICH_MAX_THREAD_SAFETY=multiple)");
+    throw ConfigError("the MPI library does not provide MPI_THREAD_MULTIPLE (got level " + std::to_string(provided) +
+                      "), which Tessera's asynchronous collectives need; use an MPI built with thread support "
+                      "(Cray MPICH: export MPICH_MAX_THREAD_SAFETY=multiple)");
   }
   cuda_aware_mpi_ = probe_cuda_aware_mpi();
 
@@ -126,8 +125,7 @@ bool Session::active() noexcept { return g_session.load() != nullptr; }
 
 Session& Session::current() {
   Session* s = g_session.load();
-  if (s == nullptr)
-    throw Error("no tessera::Session is alive; create one at the top of main() before using Tessera");
+  if (s == nullptr) throw Error("no tessera::Session is alive; create one at the top of main() before using Tessera");
   return *s;
 }
 

@@ -22,14 +22,16 @@ TEST(Async, SeveralAllReducesInFlightWaitedInReverseOrder) {
   std::vector<std::vector<double>> bufs(k, std::vector<double>(n));
   std::vector<comm::Work> work;
   for (int j = 0; j < k; ++j) {
-    for (std::size_t i = 0; i < n; ++i) bufs[static_cast<std::size_t>(j)][i] = c.rank() + j + static_cast<double>(i % 3);
+    for (std::size_t i = 0; i < n; ++i)
+      bufs[static_cast<std::size_t>(j)][i] = c.rank() + j + static_cast<double>(i % 3);
     work.push_back(c.all_reduce_async({bufs[static_cast<std::size_t>(j)].data(), n}));
   }
   for (int j = k - 1; j >= 0; --j) work[static_cast<std::size_t>(j)].wait();
   const double ranks = c.size() * (c.size() - 1) / 2.0;
   for (int j = 0; j < k; ++j)
     for (std::size_t i = 0; i < n; i += 997)
-      ASSERT_EQ(bufs[static_cast<std::size_t>(j)][i], ranks + c.size() * (j + static_cast<double>(i % 3))) << "op " << j;
+      ASSERT_EQ(bufs[static_cast<std::size_t>(j)][i], ranks + c.size() * (j + static_cast<double>(i % 3)))
+          << "op " << j;
 }
 
 TEST(Async, DifferentOpsInFlightTogether) {

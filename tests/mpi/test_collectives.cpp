@@ -20,24 +20,34 @@ using test::world;
 
 template <class T>
 T make(double v) {
-  if constexpr (std::is_same_v<T, bfloat16> || std::is_same_v<T, float16>) return T(static_cast<float>(v));
-  else return static_cast<T>(v);
+  if constexpr (std::is_same_v<T, bfloat16> || std::is_same_v<T, float16>)
+    return T(static_cast<float>(v));
+  else
+    return static_cast<T>(v);
 }
 template <class T>
 double value(T v) {
-  if constexpr (std::is_same_v<T, bfloat16> || std::is_same_v<T, float16>) return static_cast<double>(static_cast<float>(v));
-  else return static_cast<double>(v);
+  if constexpr (std::is_same_v<T, bfloat16> || std::is_same_v<T, float16>)
+    return static_cast<double>(static_cast<float>(v));
+  else
+    return static_cast<double>(v);
 }
 template <class T>
 double tolerance() {
-  if constexpr (std::is_same_v<T, bfloat16>) return 1.0 / 128;
-  else if constexpr (std::is_same_v<T, float16>) return 1.0 / 1024;
-  else if constexpr (std::is_same_v<T, float>) return 1e-6;
-  else return 1e-12;
+  if constexpr (std::is_same_v<T, bfloat16>)
+    return 1.0 / 128;
+  else if constexpr (std::is_same_v<T, float16>)
+    return 1.0 / 1024;
+  else if constexpr (std::is_same_v<T, float>)
+    return 1e-6;
+  else
+    return 1e-12;
 }
 
 /// Rank r's input element i: small positive integers.
-double input(int r, std::size_t i) { return static_cast<double>((static_cast<std::size_t>(r) + 1) * (i % 5 + 1) % 7 + 1); }
+double input(int r, std::size_t i) {
+  return static_cast<double>((static_cast<std::size_t>(r) + 1) * (i % 5 + 1) % 7 + 1);
+}
 /// For prod: 1 or 2, so products stay exact.
 double factor(int r, std::size_t i) { return 1.0 + static_cast<double>((static_cast<std::size_t>(r) + i) % 2); }
 
@@ -47,10 +57,18 @@ double reduce_expected(ReduceOp op, int size, std::size_t i) {
     const double v = op == ReduceOp::Prod ? factor(r, i) : input(r, i);
     switch (op) {
       case ReduceOp::Sum:
-      case ReduceOp::Avg: acc += v; break;
-      case ReduceOp::Prod: acc *= v; break;
-      case ReduceOp::Min: acc = std::min(acc, v); break;
-      case ReduceOp::Max: acc = std::max(acc, v); break;
+      case ReduceOp::Avg:
+        acc += v;
+        break;
+      case ReduceOp::Prod:
+        acc *= v;
+        break;
+      case ReduceOp::Min:
+        acc = std::min(acc, v);
+        break;
+      case ReduceOp::Max:
+        acc = std::max(acc, v);
+        break;
     }
   }
   return op == ReduceOp::Avg ? acc / size : acc;
@@ -93,7 +111,8 @@ TYPED_TEST(Collectives, AllReduceEveryOpOutOfPlaceAndInPlace) {
       auto in = reduce_input<T>(op, n, c.rank());
       std::vector<T> out(n);
       if (op == ReduceOp::Avg && !is_floating(dtype_of<T>::value)) {
-        EXPECT_THROW_WITH(c.all_reduce({in.data(), n}, {out.data(), n}, op), ConfigError, "avg is defined for floating-point");
+        EXPECT_THROW_WITH(c.all_reduce({in.data(), n}, {out.data(), n}, op), ConfigError,
+                          "avg is defined for floating-point");
         continue;
       }
       c.all_reduce({in.data(), n}, {out.data(), n}, op);
@@ -101,11 +120,13 @@ TYPED_TEST(Collectives, AllReduceEveryOpOutOfPlaceAndInPlace) {
       static int size;
       cur = op;
       size = c.size();
-      expect_near(out, 0, n, [](std::size_t i) { return reduce_expected(cur, size, i); },
-                  std::string("all_reduce ") + comm::reduce_op_name(op));
+      expect_near(
+          out, 0, n, [](std::size_t i) { return reduce_expected(cur, size, i); },
+          std::string("all_reduce ") + comm::reduce_op_name(op));
       c.all_reduce({in.data(), n}, op);  // in place
-      expect_near(in, 0, n, [](std::size_t i) { return reduce_expected(cur, size, i); },
-                  std::string("in-place all_reduce ") + comm::reduce_op_name(op));
+      expect_near(
+          in, 0, n, [](std::size_t i) { return reduce_expected(cur, size, i); },
+          std::string("in-place all_reduce ") + comm::reduce_op_name(op));
     }
   }
 }
@@ -124,13 +145,16 @@ TYPED_TEST(Collectives, ReduceToEveryRoot) {
         cur = op;
         size = c.size();
         if (c.rank() == root) {
-          expect_near(out, 0, n, [](std::size_t i) { return reduce_expected(cur, size, i); }, "reduce");
+          expect_near(
+              out, 0, n, [](std::size_t i) { return reduce_expected(cur, size, i); }, "reduce");
         } else {
           for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(value(out[i]), -1.0) << "reduce wrote a non-root's output";
         }
         // In place at the root.
         c.reduce({in.data(), n}, {in.data(), n}, op, root);
-        if (c.rank() == root) expect_near(in, 0, n, [](std::size_t i) { return reduce_expected(cur, size, i); }, "in-place reduce");
+        if (c.rank() == root)
+          expect_near(
+              in, 0, n, [](std::size_t i) { return reduce_expected(cur, size, i); }, "in-place reduce");
       }
     }
   }
@@ -145,7 +169,8 @@ TYPED_TEST(Collectives, BroadcastFromEveryRoot) {
       c.broadcast({buf.data(), n}, root);
       static int cur_root;
       cur_root = root;
-      expect_near(buf, 0, n, [](std::size_t i) { return input(cur_root, i); }, "broadcast");
+      expect_near(
+          buf, 0, n, [](std::size_t i) { return input(cur_root, i); }, "broadcast");
     }
   }
 }
@@ -159,13 +184,17 @@ TYPED_TEST(Collectives, AllGatherOutOfPlaceAndInPlace) {
     std::vector<T> out(n * p);
     c.all_gather({in.data(), n}, {out.data(), n * p});
     std::vector<T> inplace(n * p, make<T>(0));
-    std::copy(in.begin(), in.end(), inplace.begin() + static_cast<std::ptrdiff_t>(n * static_cast<std::size_t>(c.rank())));
+    std::copy(in.begin(), in.end(),
+              inplace.begin() + static_cast<std::ptrdiff_t>(n * static_cast<std::size_t>(c.rank())));
     c.all_gather({inplace.data() + n * static_cast<std::size_t>(c.rank()), n}, {inplace.data(), n * p});
     for (int r = 0; r < c.size(); ++r) {
       static int cur;
       cur = r;
-      expect_near(out, n * static_cast<std::size_t>(r), n, [](std::size_t i) { return input(cur, i); }, "all_gather");
-      expect_near(inplace, n * static_cast<std::size_t>(r), n, [](std::size_t i) { return input(cur, i); }, "in-place all_gather");
+      expect_near(
+          out, n * static_cast<std::size_t>(r), n, [](std::size_t i) { return input(cur, i); }, "all_gather");
+      expect_near(
+          inplace, n * static_cast<std::size_t>(r), n, [](std::size_t i) { return input(cur, i); },
+          "in-place all_gather");
     }
   }
 }
@@ -188,10 +217,12 @@ TYPED_TEST(Collectives, ReduceScatterSumAndAvgOutOfPlaceAndInPlace) {
       cur = op;
       size = c.size();
       offset = n * me;
-      expect_near(out, 0, n, [](std::size_t i) { return reduce_expected(cur, size, offset + i); }, "reduce_scatter");
+      expect_near(
+          out, 0, n, [](std::size_t i) { return reduce_expected(cur, size, offset + i); }, "reduce_scatter");
       c.reduce_scatter({in.data(), n * p}, {in.data() + n * me, n}, op);  // in place
-      expect_near(in, n * me, n, [](std::size_t i) { return reduce_expected(cur, size, offset + i); },
-                  "in-place reduce_scatter");
+      expect_near(
+          in, n * me, n, [](std::size_t i) { return reduce_expected(cur, size, offset + i); },
+          "in-place reduce_scatter");
     }
   }
 }
@@ -211,10 +242,12 @@ TYPED_TEST(Collectives, ScatterAndGatherAtEveryRoot) {
       static std::size_t offset;
       cur_root = root;
       offset = n * me;
-      expect_near(mine, 0, n, [](std::size_t i) { return input(cur_root, offset + i); }, "scatter");
+      expect_near(
+          mine, 0, n, [](std::size_t i) { return input(cur_root, offset + i); }, "scatter");
       if (c.rank() == root) {  // in place at the root: its own block stays
         c.scatter({table.data(), table.size()}, {table.data() + n * me, n}, root);
-        expect_near(table, n * me, n, [](std::size_t i) { return input(cur_root, offset + i); }, "in-place scatter");
+        expect_near(
+            table, n * me, n, [](std::size_t i) { return input(cur_root, offset + i); }, "in-place scatter");
       } else {
         c.scatter(comm::Buffer{}, {mine.data(), n}, root);
       }
@@ -227,7 +260,8 @@ TYPED_TEST(Collectives, ScatterAndGatherAtEveryRoot) {
         for (int r = 0; r < c.size(); ++r) {
           static int cur;
           cur = r;
-          expect_near(all, n * static_cast<std::size_t>(r), n, [](std::size_t i) { return input(cur, i); }, "gather");
+          expect_near(
+              all, n * static_cast<std::size_t>(r), n, [](std::size_t i) { return input(cur, i); }, "gather");
         }
         std::vector<T> inplace(n * p, make<T>(0));
         std::copy(in.begin(), in.end(), inplace.begin() + static_cast<std::ptrdiff_t>(n * me));
@@ -235,7 +269,9 @@ TYPED_TEST(Collectives, ScatterAndGatherAtEveryRoot) {
         for (int r = 0; r < c.size(); ++r) {
           static int cur;
           cur = r;
-          expect_near(inplace, n * static_cast<std::size_t>(r), n, [](std::size_t i) { return input(cur, i); }, "in-place gather");
+          expect_near(
+              inplace, n * static_cast<std::size_t>(r), n, [](std::size_t i) { return input(cur, i); },
+              "in-place gather");
         }
       } else {
         c.gather({in.data(), n}, {static_cast<T*>(nullptr), 0}, root);
@@ -258,7 +294,8 @@ TYPED_TEST(Collectives, AllToAllExchangesBlocks) {
       static std::size_t offset;
       src = j;
       offset = n * static_cast<std::size_t>(c.rank());
-      expect_near(out, n * static_cast<std::size_t>(j), n, [](std::size_t i) { return input(src, offset + i); }, "all_to_all");
+      expect_near(
+          out, n * static_cast<std::size_t>(j), n, [](std::size_t i) { return input(src, offset + i); }, "all_to_all");
     }
   }
 }
@@ -276,7 +313,8 @@ TYPED_TEST(Collectives, SendRecvAroundARing) {
     sent.wait();
     static int cur;
     cur = left;
-    expect_near(in, 0, n, [](std::size_t i) { return input(cur, i); }, "recv");
+    expect_near(
+        in, 0, n, [](std::size_t i) { return input(cur, i); }, "recv");
   }
 }
 

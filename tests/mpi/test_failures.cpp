@@ -22,11 +22,12 @@ TEST(BadArguments, EachIsAConfigErrorThatSaysWhatIsWrong) {
   std::vector<int> ints(32);
 
   EXPECT_THROW_WITH(c.all_gather({a.data(), 32}, {small.data(), small.size()}), ConfigError,
-                    "all_gather: output has " + std::to_string(small.size()) + " elements, needs size()*input = " +
-                        std::to_string(p) + "*32 = " + std::to_string(32 * p));
+                    "all_gather: output has " + std::to_string(small.size()) +
+                        " elements, needs size()*input = " + std::to_string(p) + "*32 = " + std::to_string(32 * p));
   EXPECT_THROW_WITH(c.broadcast({a.data(), 32}, c.size()), ConfigError,
                     "broadcast: root " + std::to_string(c.size()) + " is out of range");
-  EXPECT_THROW_WITH(c.reduce({a.data(), 32}, {a.data(), 32}, ReduceOp::Sum, -1), ConfigError, "root -1 is out of range");
+  EXPECT_THROW_WITH(c.reduce({a.data(), 32}, {a.data(), 32}, ReduceOp::Sum, -1), ConfigError,
+                    "root -1 is out of range");
   EXPECT_THROW_WITH(c.gather({a.data(), 32}, {big.data(), big.size()}, 99), ConfigError, "gather: root 99");
   EXPECT_THROW_WITH(c.all_reduce({a.data(), 32}, {d.data(), 32}), ConfigError,
                     "input is float32 but output is float64");
@@ -87,9 +88,11 @@ TEST(Timeout, BlockingCollectiveNamesTheOpAndTheRankThatNeverCame) {
       ADD_FAILURE() << "expected a TimeoutError";
     } catch (const TimeoutError& e) {
       const std::string m = e.what();
-      EXPECT_NE(m.find("all_reduce (1024 x float32, sum), collective #1 on communicator 'flaky'"), std::string::npos) << m;
+      EXPECT_NE(m.find("all_reduce (1024 x float32, sum), collective #1 on communicator 'flaky'"), std::string::npos)
+          << m;
       EXPECT_NE(m.find("timed out after 0.7 s"), std::string::npos) << m;
-      EXPECT_NE(m.find("Ranks that did not arrive: " + std::to_string(absent) + " (has issued 1 collectives, last op broadcast)"),
+      EXPECT_NE(m.find("Ranks that did not arrive: " + std::to_string(absent) +
+                       " (has issued 1 collectives, last op broadcast)"),
                 std::string::npos)
           << m;
     }

@@ -45,7 +45,8 @@ class Nccl : public ::testing::Test {
       GTEST_SKIP() << "NCCL tests need a usable CUDA device; this machine has none ("
                    << (rc == cudaSuccess ? "0 devices" : cudaGetErrorString(rc)) << ")";
     }
-    static std::unique_ptr<comm::Communicator> c = comm::Communicator::create(comm::Backend::Nccl, test::test_options("nccl"));
+    static std::unique_ptr<comm::Communicator> c =
+        comm::Communicator::create(comm::Backend::Nccl, test::test_options("nccl"));
     comm_ = c.get();
   }
   comm::Communicator* comm_ = nullptr;
@@ -57,7 +58,11 @@ TEST_F(Nccl, AllReduceSumAvgMaxInFloatBf16AndInt64) {
   auto& c = *comm_;
   const std::size_t n = 1031;
   const int p = c.size();
-  auto sum = [&](std::size_t i) { double s = 0; for (int r = 0; r < p; ++r) s += in(r, i); return s; };
+  auto sum = [&](std::size_t i) {
+    double s = 0;
+    for (int r = 0; r < p; ++r) s += in(r, i);
+    return s;
+  };
   std::vector<float> f(n);
   std::vector<bfloat16> b(n);
   std::vector<std::int64_t> l(n);

@@ -23,8 +23,8 @@ float from_bits(std::uint32_t u) {
 TEST(Float16, KnownIeeeEncodings) {
   EXPECT_EQ(float16(1.0f).bits, 0x3c00);
   EXPECT_EQ(float16(-2.0f).bits, 0xc000);
-  EXPECT_EQ(float16(65504.0f).bits, 0x7bff);              // largest finite half
-  EXPECT_EQ(float16(1e5f).bits, 0x7c00);                  // overflows to +inf
+  EXPECT_EQ(float16(65504.0f).bits, 0x7bff);               // largest finite half
+  EXPECT_EQ(float16(1e5f).bits, 0x7c00);                   // overflows to +inf
   EXPECT_EQ(float16(std::ldexp(1.0f, -24)).bits, 0x0001);  // smallest subnormal
   EXPECT_EQ(float16(std::ldexp(1.0f, -14)).bits, 0x0400);  // smallest normal
   EXPECT_EQ(float16(0.0f).bits, 0x0000);
@@ -86,7 +86,8 @@ TEST(Parsing, NamesAndBadNames) {
   EXPECT_EQ(parse_dtype("FLOAT32"), DType::Float32);
   EXPECT_THROW_WITH(parse_dtype("float8"), ConfigError, "unknown dtype 'float8'; use one of");
   EXPECT_EQ(comm::parse_backend("Gloo"), comm::Backend::Gloo);
-  EXPECT_THROW_WITH(comm::parse_backend("ucx"), ConfigError, "unknown communication backend 'ucx'; use auto, mpi, gloo or nccl");
+  EXPECT_THROW_WITH(comm::parse_backend("ucx"), ConfigError,
+                    "unknown communication backend 'ucx'; use auto, mpi, gloo or nccl");
   EXPECT_EQ(comm::parse_reduce_op("avg"), comm::ReduceOp::Avg);
   EXPECT_THROW_WITH(comm::parse_reduce_op("xor"), ConfigError, "unknown reduce op 'xor'");
   EXPECT_EQ(dtype_size(DType::Float16), 2u);
@@ -100,7 +101,8 @@ TEST(Options, FromEnvironmentAndBadValues) {
   EXPECT_EQ(o.timeout.count(), 2500);
   EXPECT_TRUE(o.check);
   setenv("TESSERA_COMM_TIMEOUT", "ten", 1);
-  EXPECT_THROW_WITH(comm::CommOptions::from_env(), ConfigError, "TESSERA_COMM_TIMEOUT='ten' is not a number of seconds");
+  EXPECT_THROW_WITH(comm::CommOptions::from_env(), ConfigError,
+                    "TESSERA_COMM_TIMEOUT='ten' is not a number of seconds");
   setenv("TESSERA_COMM_TIMEOUT", "-1", 1);
   EXPECT_THROW_WITH(comm::CommOptions::from_env(), ConfigError, "TESSERA_COMM_TIMEOUT='-1'");
   setenv("TESSERA_COMM_TIMEOUT", "0", 1);

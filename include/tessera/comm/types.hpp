@@ -47,8 +47,7 @@ struct Buffer {
 
   Buffer() = default;
   /// Fully explicit form, for type-erased callers.
-  Buffer(void* ptr, std::size_t n, DType type, MemoryKind where)
-      : data(ptr), count(n), dtype(type), memory(where) {}
+  Buffer(void* ptr, std::size_t n, DType type, MemoryKind where) : data(ptr), count(n), dtype(type), memory(where) {}
   /// Pointer and element count; the memory kind is asked of the CUDA runtime when present.
   template <class T, std::enable_if_t<is_dtype<std::remove_const_t<T>>::value, int> = 0>
   Buffer(T* ptr, std::size_t n)

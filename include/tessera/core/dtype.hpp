@@ -60,12 +60,30 @@ static_assert(sizeof(bfloat16) == 2 && sizeof(float16) == 2, "16-bit types must 
 /// The DType of a C++ element type, at compile time.
 template <class T>
 struct dtype_of;
-template <> struct dtype_of<float> { static constexpr DType value = DType::Float32; };
-template <> struct dtype_of<double> { static constexpr DType value = DType::Float64; };
-template <> struct dtype_of<std::int32_t> { static constexpr DType value = DType::Int32; };
-template <> struct dtype_of<std::int64_t> { static constexpr DType value = DType::Int64; };
-template <> struct dtype_of<bfloat16> { static constexpr DType value = DType::BFloat16; };
-template <> struct dtype_of<float16> { static constexpr DType value = DType::Float16; };
+template <>
+struct dtype_of<float> {
+  static constexpr DType value = DType::Float32;
+};
+template <>
+struct dtype_of<double> {
+  static constexpr DType value = DType::Float64;
+};
+template <>
+struct dtype_of<std::int32_t> {
+  static constexpr DType value = DType::Int32;
+};
+template <>
+struct dtype_of<std::int64_t> {
+  static constexpr DType value = DType::Int64;
+};
+template <>
+struct dtype_of<bfloat16> {
+  static constexpr DType value = DType::BFloat16;
+};
+template <>
+struct dtype_of<float16> {
+  static constexpr DType value = DType::Float16;
+};
 
 /// True when T is one of the element types above.
 template <class T, class = void>

@@ -68,7 +68,7 @@ const char* short_path(const char* file) noexcept;
 #define TESSERA_THROW(ExceptionType, message) throw ExceptionType((message), __FILE__, __LINE__)
 
 /// Throws tessera::ConfigError unless cond holds.
-#define TESSERA_REQUIRE(cond, message)                        \
-  do {                                                        \
+#define TESSERA_REQUIRE(cond, message)                           \
+  do {                                                           \
     if (!(cond)) TESSERA_THROW(::tessera::ConfigError, message); \
   } while (0)

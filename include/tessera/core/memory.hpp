@@ -23,8 +23,7 @@ using HostView1D = Kokkos::View<T*, HostMemorySpace>;
 /// Host when memory in MemSpace can be read by host code, Device otherwise.
 template <class MemSpace>
 constexpr MemoryKind memory_kind_of_space() {
-  return Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible ? MemoryKind::Host
-                                                                             : MemoryKind::Device;
+  return Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible ? MemoryKind::Host : MemoryKind::Device;
 }
 
 /// Asks the CUDA runtime whether ptr is device memory (Host when CUDA is not compiled in).

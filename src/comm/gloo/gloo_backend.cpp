@@ -89,8 +89,8 @@ class MpiBootstrappedContext final : public gloo::Context {
       const auto& a = local[static_cast<std::size_t>(i)];
       std::copy(a.begin(), a.end(), out.begin() + static_cast<std::ptrdiff_t>(L * static_cast<std::size_t>(i)));
     }
-    TESSERA_CHECK_MPI(MPI_Alltoall(out.data(), static_cast<int>(L), MPI_BYTE, in.data(), static_cast<int>(L),
-                                   MPI_BYTE, comm));
+    TESSERA_CHECK_MPI(
+        MPI_Alltoall(out.data(), static_cast<int>(L), MPI_BYTE, in.data(), static_cast<int>(L), MPI_BYTE, comm));
     for (int i = 0; i < size; ++i) {
       if (i == rank) continue;
       const auto begin = in.begin() + static_cast<std::ptrdiff_t>(L * static_cast<std::size_t>(i));
@@ -104,11 +104,16 @@ using ReduceFn = void (*)(void*, const void*, const void*, std::size_t);
 template <class T>
 ReduceFn reduce_function(ReduceOp op) {
   switch (op) {
-    case ReduceOp::Sum: return static_cast<ReduceFn>(&gloo::sum<T>);
-    case ReduceOp::Prod: return static_cast<ReduceFn>(&gloo::product<T>);
-    case ReduceOp::Min: return static_cast<ReduceFn>(&gloo::min<T>);
-    case ReduceOp::Max: return static_cast<ReduceFn>(&gloo::max<T>);
-    case ReduceOp::Avg: break;
+    case ReduceOp::Sum:
+      return static_cast<ReduceFn>(&gloo::sum<T>);
+    case ReduceOp::Prod:
+      return static_cast<ReduceFn>(&gloo::product<T>);
+    case ReduceOp::Min:
+      return static_cast<ReduceFn>(&gloo::min<T>);
+    case ReduceOp::Max:
+      return static_cast<ReduceFn>(&gloo::max<T>);
+    case ReduceOp::Avg:
+      break;
   }
   throw CommError("the gloo backend got reduce op avg, which the front end should have rewritten");
 }
@@ -118,11 +123,14 @@ struct GlooTransfer final : PendingTransfer {
   bool send = true;
   void wait(const Deadline& deadline) override {
     try {
-      if (send) buffer->waitSend(deadline.remaining());
-      else buffer->waitRecv(deadline.remaining());
+      if (send)
+        buffer->waitSend(deadline.remaining());
+      else
+        buffer->waitRecv(deadline.remaining());
     } catch (const gloo::IoException& e) {
       if (deadline.expired() || std::strstr(e.what(), "Timed out") != nullptr)
-        throw DeadlineExceeded{send ? "in gloo send, waiting for the receiver" : "in gloo recv, waiting for the sender"};
+        throw DeadlineExceeded{send ? "in gloo send, waiting for the receiver"
+                                    : "in gloo recv, waiting for the sender"};
       throw CommError(std::string("gloo ") + (send ? "send" : "recv") + " failed: " + e.what(), __FILE__, __LINE__);
     }
   }
@@ -163,8 +171,10 @@ class GlooBackend final : public Backend {
     const std::uint64_t slot = kP2PSlotBase + static_cast<std::uint64_t>(op.tag);
     try {
       pending->buffer = context_->createUnboundBuffer(pending->send ? op.send.data : op.recv.data, bytes);
-      if (pending->send) pending->buffer->send(op.peer, slot);
-      else pending->buffer->recv(op.peer, slot);
+      if (pending->send)
+        pending->buffer->send(op.peer, slot);
+      else
+        pending->buffer->recv(op.peer, slot);
     } catch (const gloo::Exception& e) {
       throw CommError(std::string("gloo ") + op_name(op.type) + " failed: " + e.what(), __FILE__, __LINE__);
     }
@@ -174,12 +184,22 @@ class GlooBackend final : public Backend {
   void execute(const Op& op, const Deadline& deadline) override {
     try {
       switch (op.dtype) {
-        case DType::Float32: run<float>(op, deadline); break;
-        case DType::Float64: run<double>(op, deadline); break;
-        case DType::Int32: run<std::int32_t>(op, deadline); break;
-        case DType::Int64: run<std::int64_t>(op, deadline); break;
+        case DType::Float32:
+          run<float>(op, deadline);
+          break;
+        case DType::Float64:
+          run<double>(op, deadline);
+          break;
+        case DType::Int32:
+          run<std::int32_t>(op, deadline);
+          break;
+        case DType::Int64:
+          run<std::int64_t>(op, deadline);
+          break;
         case DType::BFloat16:
-        case DType::Float16: run<std::uint16_t>(op, deadline); break;  // data movement only
+        case DType::Float16:
+          run<std::uint16_t>(op, deadline);
+          break;  // data movement only
       }
     } catch (const gloo::IoException& e) {
       if (deadline.expired() || std::strstr(e.what(), "Timed out") != nullptr)

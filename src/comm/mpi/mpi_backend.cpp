@@ -16,11 +16,16 @@ namespace {
 
 MPI_Op mpi_op(ReduceOp op) {
   switch (op) {
-    case ReduceOp::Sum: return MPI_SUM;
-    case ReduceOp::Prod: return MPI_PROD;
-    case ReduceOp::Min: return MPI_MIN;
-    case ReduceOp::Max: return MPI_MAX;
-    case ReduceOp::Avg: break;  // the front end turns avg into sum + scale
+    case ReduceOp::Sum:
+      return MPI_SUM;
+    case ReduceOp::Prod:
+      return MPI_PROD;
+    case ReduceOp::Min:
+      return MPI_MIN;
+    case ReduceOp::Max:
+      return MPI_MAX;
+    case ReduceOp::Avg:
+      break;  // the front end turns avg into sum + scale
   }
   throw CommError("the MPI backend got reduce op avg, which the front end should have rewritten");
 }
@@ -85,16 +90,16 @@ class MpiBackend final : public Backend {
         TESSERA_CHECK_MPI(MPI_Bcast(recv, n, type, op.root, comm_));
         break;
       case OpType::Scatter:
-        TESSERA_CHECK_MPI(MPI_Scatter(send, n, type, root && recv == at(send, op.root) ? MPI_IN_PLACE : recv, n,
-                                      type, op.root, comm_));
+        TESSERA_CHECK_MPI(MPI_Scatter(send, n, type, root && recv == at(send, op.root) ? MPI_IN_PLACE : recv, n, type,
+                                      op.root, comm_));
         break;
       case OpType::Gather:
-        TESSERA_CHECK_MPI(MPI_Gather(root && send == at(recv, op.root) ? MPI_IN_PLACE : send, n, type, recv, n,
-                                     type, op.root, comm_));
+        TESSERA_CHECK_MPI(MPI_Gather(root && send == at(recv, op.root) ? MPI_IN_PLACE : send, n, type, recv, n, type,
+                                     op.root, comm_));
         break;
       case OpType::Reduce:
-        TESSERA_CHECK_MPI(MPI_Reduce(root && send == recv ? MPI_IN_PLACE : send, recv, n, type, mpi_op(op.reduce),
-                                     op.root, comm_));
+        TESSERA_CHECK_MPI(
+            MPI_Reduce(root && send == recv ? MPI_IN_PLACE : send, recv, n, type, mpi_op(op.reduce), op.root, comm_));
         break;
       case OpType::AllReduce:
         TESSERA_CHECK_MPI(MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, n, type, mpi_op(op.reduce), comm_));

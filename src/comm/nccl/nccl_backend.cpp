@@ -12,15 +12,15 @@
 #include "core/log.hpp"
 #include "core/mpi_check.hpp"
 
-#define TESSERA_CHECK_NCCL(call)                                                                      \
-  do {                                                                                                \
-    const ncclResult_t tessera_nccl_rc_ = (call);                                                     \
-    if (tessera_nccl_rc_ != ncclSuccess && tessera_nccl_rc_ != ncclInProgress) {                      \
-      std::string tessera_call_(#call);                                                               \
-      throw ::tessera::CommError(tessera_call_.substr(0, tessera_call_.find('(')) + " failed: " +      \
-                                     ncclGetErrorString(tessera_nccl_rc_),                            \
-                                 __FILE__, __LINE__);                                                 \
-    }                                                                                                 \
+#define TESSERA_CHECK_NCCL(call)                                                                                 \
+  do {                                                                                                           \
+    const ncclResult_t tessera_nccl_rc_ = (call);                                                                \
+    if (tessera_nccl_rc_ != ncclSuccess && tessera_nccl_rc_ != ncclInProgress) {                                 \
+      std::string tessera_call_(#call);                                                                          \
+      throw ::tessera::CommError(                                                                                \
+          tessera_call_.substr(0, tessera_call_.find('(')) + " failed: " + ncclGetErrorString(tessera_nccl_rc_), \
+          __FILE__, __LINE__);                                                                                   \
+    }                                                                                                            \
   } while (0)
 
 namespace tessera::comm::detail {
@@ -28,23 +28,34 @@ namespace {
 
 ncclDataType_t nccl_type(DType t) {
   switch (t) {
-    case DType::Float32: return ncclFloat32;
-    case DType::Float64: return ncclFloat64;
-    case DType::Int32: return ncclInt32;
-    case DType::Int64: return ncclInt64;
-    case DType::BFloat16: return ncclBfloat16;
-    case DType::Float16: return ncclFloat16;
+    case DType::Float32:
+      return ncclFloat32;
+    case DType::Float64:
+      return ncclFloat64;
+    case DType::Int32:
+      return ncclInt32;
+    case DType::Int64:
+      return ncclInt64;
+    case DType::BFloat16:
+      return ncclBfloat16;
+    case DType::Float16:
+      return ncclFloat16;
   }
   throw ConfigError("no NCCL type for this dtype");
 }
 
 ncclRedOp_t nccl_op(ReduceOp op) {
   switch (op) {
-    case ReduceOp::Sum: return ncclSum;
-    case ReduceOp::Prod: return ncclProd;
-    case ReduceOp::Min: return ncclMin;
-    case ReduceOp::Max: return ncclMax;
-    case ReduceOp::Avg: return ncclAvg;
+    case ReduceOp::Sum:
+      return ncclSum;
+    case ReduceOp::Prod:
+      return ncclProd;
+    case ReduceOp::Min:
+      return ncclMin;
+    case ReduceOp::Max:
+      return ncclMax;
+    case ReduceOp::Avg:
+      return ncclAvg;
   }
   return ncclSum;
 }
@@ -152,7 +163,8 @@ class NcclBackend final : public Backend {
           for (int r = 0; r < size_; ++r) {
             char* slot = recv + static_cast<std::size_t>(r) * bytes;
             if (r == rank_) {
-              if (slot != send) TESSERA_CHECK_CUDA(cudaMemcpyAsync(slot, send, bytes, cudaMemcpyDeviceToDevice, stream_));
+              if (slot != send)
+                TESSERA_CHECK_CUDA(cudaMemcpyAsync(slot, send, bytes, cudaMemcpyDeviceToDevice, stream_));
             } else {
               TESSERA_CHECK_NCCL(ncclRecv(slot, n, t, r, nccl_, stream_));
             }
@@ -168,7 +180,8 @@ class NcclBackend final : public Backend {
           for (int r = 0; r < size_; ++r) {
             char* slot = send + static_cast<std::size_t>(r) * bytes;
             if (r == rank_) {
-              if (slot != recv) TESSERA_CHECK_CUDA(cudaMemcpyAsync(recv, slot, bytes, cudaMemcpyDeviceToDevice, stream_));
+              if (slot != recv)
+                TESSERA_CHECK_CUDA(cudaMemcpyAsync(recv, slot, bytes, cudaMemcpyDeviceToDevice, stream_));
             } else {
               TESSERA_CHECK_NCCL(ncclSend(slot, n, t, r, nccl_, stream_));
             }

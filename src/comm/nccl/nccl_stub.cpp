@@ -4,8 +4,9 @@
 namespace tessera::comm::detail {
 std::unique_ptr<Backend> make_nccl_backend(MPI_Comm group, const CommOptions&) {
   MPI_Comm_free(&group);
-  throw NotCompiledError("the nccl backend is not compiled in; rebuild with TESSERA_ENABLE_NCCL=ON "
-                         "and the CUDA toolkit and NCCL available");
+  throw NotCompiledError(
+      "the nccl backend is not compiled in; rebuild with TESSERA_ENABLE_NCCL=ON "
+      "and the CUDA toolkit and NCCL available");
 }
 bool nccl_usable() noexcept { return false; }
 }  // namespace tessera::comm::detail
