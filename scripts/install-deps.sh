@@ -6,6 +6,7 @@ set -euo pipefail
 packages=(
   cmake ninja-build g++ pkg-config
   libtrilinos-kokkos-dev                     # Kokkos (3.4, Serial backend)
+  libopenblas-dev                            # BLAS for GEMM on the host
   libopenmpi-dev openmpi-bin                 # MPI
   libhdf5-openmpi-dev hdf5-tools             # parallel HDF5
   libgloo-dev                                # Gloo

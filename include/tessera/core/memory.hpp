@@ -16,6 +16,9 @@ using HostMemorySpace = Kokkos::HostSpace;
 /// A 1-D array in the default execution space's memory.
 template <class T>
 using View1D = Kokkos::View<T*, DeviceMemorySpace>;
+/// A row-major matrix in the default execution space's memory ([rows, cols]).
+template <class T>
+using View2D = Kokkos::View<T**, Kokkos::LayoutRight, DeviceMemorySpace>;
 /// A 1-D array in host memory.
 template <class T>
 using HostView1D = Kokkos::View<T*, HostMemorySpace>;

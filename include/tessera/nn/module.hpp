@@ -1,0 +1,37 @@
+#pragma once
+/// \file
+/// Modules with explicit forward and backward passes over row-major [batch, features] views.
+
+#include <functional>
+
+#include <tessera/core/memory.hpp>
+#include <tessera/nn/parameter.hpp>
+
+namespace tessera::nn {
+
+/// Called during backward as soon as a parameter's gradient is final (used by DDP to start
+/// communicating a bucket while the rest of backward runs).
+using GradReadyHook = std::function<void(Parameter&)>;
+
+class Module {
+ public:
+  virtual ~Module() = default;
+  /// Computes the output for x ([batch, in]). The returned view belongs to the module and
+  /// stays valid until the next forward; x must stay valid until backward.
+  virtual View2D<float> forward(const View2D<const float>& x) = 0;
+  /// Given dL/dy for the last forward, adds dL/dparam into the parameters' gradients
+  /// (gradients accumulate until zeroed) and returns dL/dx (owned by the module).
+  virtual View2D<float> backward(const View2D<const float>& dy) = 0;
+  virtual void set_grad_ready_hook(GradReadyHook hook) { hook_ = std::move(hook); }
+
+ protected:
+  void grad_ready(Parameter& p) const {
+    if (hook_) hook_(p);
+  }
+  GradReadyHook hook_;
+};
+
+/// Resizes `buffer` to [rows, cols] only when its shape differs (no allocation in steady state).
+void ensure_shape(View2D<float>& buffer, std::size_t rows, std::size_t cols, const char* label);
+
+}  // namespace tessera::nn

@@ -1,0 +1,75 @@
+#pragma once
+/// \file
+/// Optimizers over a flat range of parameters and gradients (the whole store for DDP, a
+/// shard of it for ZeRO), with PyTorch's update rules and defaults.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <tessera/core/memory.hpp>
+
+namespace tessera::optim {
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  /// One update of `params` from `grads` (views of equal length given at construction).
+  virtual void step() = 0;
+  virtual float lr() const noexcept = 0;
+  virtual void set_lr(float lr) = 0;
+  /// Bytes of optimizer state this rank holds.
+  virtual std::size_t state_bytes() const noexcept = 0;
+  virtual const char* name() const noexcept = 0;
+};
+
+struct SGDOptions {
+  float lr = 0.01f;
+  float momentum = 0.0f;      ///< 0 disables the momentum buffer
+  float weight_decay = 0.0f;  ///< L2, added to the gradient as in torch.optim.SGD
+};
+
+/// torch.optim.SGD (dampening 0, no Nesterov): g += wd p; b = momentum b + g (b = g at the
+/// first step); p -= lr b.
+class SGD final : public Optimizer {
+ public:
+  SGD(View1D<float> params, View1D<float> grads, SGDOptions options = {});
+  void step() override;
+  float lr() const noexcept override { return options_.lr; }
+  void set_lr(float lr) override { options_.lr = lr; }
+  std::size_t state_bytes() const noexcept override { return momentum_.size() * sizeof(float); }
+  const char* name() const noexcept override { return "sgd"; }
+
+ private:
+  View1D<float> params_, grads_, momentum_;
+  SGDOptions options_;
+  bool first_ = true;
+};
+
+struct AdamWOptions {
+  float lr = 1e-3f;
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float eps = 1e-8f;
+  float weight_decay = 0.01f;
+};
+
+/// torch.optim.AdamW: p *= 1 - lr wd; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+/// p -= lr (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps).
+class AdamW final : public Optimizer {
+ public:
+  AdamW(View1D<float> params, View1D<float> grads, AdamWOptions options = {});
+  void step() override;
+  float lr() const noexcept override { return options_.lr; }
+  void set_lr(float lr) override { options_.lr = lr; }
+  std::size_t state_bytes() const noexcept override { return 2 * m_.size() * sizeof(float); }
+  const char* name() const noexcept override { return "adamw"; }
+  std::int64_t steps() const noexcept { return t_; }
+
+ private:
+  View1D<float> params_, grads_, m_, v_;
+  AdamWOptions options_;
+  std::int64_t t_ = 0;
+};
+
+}  // namespace tessera::optim

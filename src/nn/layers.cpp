@@ -1,0 +1,183 @@
+#include <tessera/core/error.hpp>
+#include <tessera/nn/layers.hpp>
+
+#include <cmath>
+
+#include "kernels/gemm.hpp"
+
+namespace tessera::nn {
+using kernels::Trans;
+
+Linear::Linear(ParameterStore& store, const std::string& name, std::size_t in, std::size_t out, bool bias)
+    : in_(in), out_(out) {
+  const float bound = 1.0f / std::sqrt(static_cast<float>(in));
+  weight_ = &store.add(name + ".weight", {static_cast<std::int64_t>(out), static_cast<std::int64_t>(in)},
+                       Init::uniform(bound));
+  if (bias) bias_ = &store.add(name + ".bias", {static_cast<std::int64_t>(out)}, Init::uniform(bound));
+}
+
+View2D<float> Linear::forward(const View2D<const float>& x) {
+  if (x.extent(1) != in_)
+    throw ConfigError("Linear '" + weight_->name + "': input has " + std::to_string(x.extent(1)) +
+                      " features, expected " + std::to_string(in_));
+  x_ = x;
+  const std::size_t batch = x.extent(0);
+  ensure_shape(y_, batch, out_, "tessera::linear::y");
+  kernels::gemm(Trans::No, Trans::Yes, 1.0f, x, weight_->value2d(), 0.0f, y_);
+  if (bias_ != nullptr) {
+    auto y = y_;
+    auto b = bias_->value;
+    const std::size_t out = out_;
+    Kokkos::parallel_for(
+        "tessera::linear::bias", Kokkos::RangePolicy<>(0, batch * out),
+        KOKKOS_LAMBDA(std::size_t k) { y(k / out, k % out) += b(k % out); });
+  }
+  return y_;
+}
+
+View2D<float> Linear::backward(const View2D<const float>& dy) {
+  const std::size_t batch = dy.extent(0);
+  // dW += dy^T x
+  kernels::gemm(Trans::Yes, Trans::No, 1.0f, dy, x_, 1.0f, weight_->grad2d());
+  grad_ready(*weight_);
+  if (bias_ != nullptr) {
+    auto db = bias_->grad;
+    Kokkos::parallel_for(
+        "tessera::linear::dbias", Kokkos::RangePolicy<>(0, out_), KOKKOS_LAMBDA(std::size_t j) {
+          float s = 0;
+          for (std::size_t i = 0; i < batch; ++i) s += dy(i, j);
+          db(j) += s;
+        });
+    grad_ready(*bias_);
+  }
+  // dx = dy W, computed after the gradients are handed over so their communication overlaps it.
+  ensure_shape(dx_, batch, in_, "tessera::linear::dx");
+  kernels::gemm(Trans::No, Trans::No, 1.0f, dy, weight_->value2d(), 0.0f, dx_);
+  return dx_;
+}
+
+View2D<float> GELU::forward(const View2D<const float>& x) {
+  x_ = x;
+  ensure_shape(y_, x.extent(0), x.extent(1), "tessera::gelu::y");
+  auto y = y_;
+  const std::size_t cols = x.extent(1);
+  Kokkos::parallel_for(
+      "tessera::gelu", Kokkos::RangePolicy<>(0, x.extent(0) * cols), KOKKOS_LAMBDA(std::size_t k) {
+        const float v = x(k / cols, k % cols);
+        y(k / cols, k % cols) = 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
+      });
+  return y_;
+}
+
+View2D<float> GELU::backward(const View2D<const float>& dy) {
+  ensure_shape(dx_, x_.extent(0), x_.extent(1), "tessera::gelu::dx");
+  auto dx = dx_;
+  auto x = x_;
+  const std::size_t cols = x.extent(1);
+  Kokkos::parallel_for(
+      "tessera::gelu::backward", Kokkos::RangePolicy<>(0, x.extent(0) * cols), KOKKOS_LAMBDA(std::size_t k) {
+        const std::size_t i = k / cols, j = k % cols;
+        const float v = x(i, j);
+        const float cdf = 0.5f * (1.0f + erff(v * 0.70710678118654752f));
+        const float pdf = 0.39894228040143268f * expf(-0.5f * v * v);
+        dx(i, j) = dy(i, j) * (cdf + v * pdf);
+      });
+  return dx_;
+}
+
+MLP::MLP(ParameterStore& store, std::size_t layers, std::size_t dim, const std::string& prefix) {
+  if (layers == 0 || dim == 0) throw ConfigError("MLP needs at least one layer and a dimension >= 1");
+  for (std::size_t i = 0; i < layers; ++i) {
+    linears_.push_back(std::make_unique<Linear>(store, prefix + "." + std::to_string(i), dim, dim));
+    if (i + 1 < layers) gelus_.push_back(std::make_unique<GELU>());
+  }
+}
+
+void MLP::set_grad_ready_hook(GradReadyHook hook) {
+  hook_ = hook;
+  for (auto& l : linears_) l->set_grad_ready_hook(hook);
+}
+
+View2D<float> MLP::forward(const View2D<const float>& x) {
+  View2D<float> h;
+  View2D<const float> in = x;
+  for (std::size_t i = 0; i < linears_.size(); ++i) {
+    h = linears_[i]->forward(in);
+    if (i < gelus_.size()) h = gelus_[i]->forward(h);
+    in = h;
+  }
+  return h;
+}
+
+View2D<float> MLP::backward(const View2D<const float>& dy) {
+  View2D<float> g;
+  View2D<const float> in = dy;
+  for (std::size_t i = linears_.size(); i-- > 0;) {
+    if (i < gelus_.size()) {
+      g = gelus_[i]->backward(in);
+      in = g;
+    }
+    g = linears_[i]->backward(in);
+    in = g;
+  }
+  return g;
+}
+
+float mse_loss(const View2D<const float>& y, const View2D<const float>& target, View2D<float>& dy) {
+  if (y.extent(0) != target.extent(0) || y.extent(1) != target.extent(1))
+    throw ConfigError("mse_loss: output is " + std::to_string(y.extent(0)) + "x" + std::to_string(y.extent(1)) +
+                      " but target is " + std::to_string(target.extent(0)) + "x" + std::to_string(target.extent(1)));
+  ensure_shape(dy, y.extent(0), y.extent(1), "tessera::mse::dy");
+  auto g = dy;
+  const std::size_t cols = y.extent(1), n = y.extent(0) * cols;
+  const float scale = n > 0 ? 2.0f / static_cast<float>(n) : 0.0f;
+  double sum = 0;
+  Kokkos::parallel_reduce(
+      "tessera::mse", Kokkos::RangePolicy<>(0, n),
+      KOKKOS_LAMBDA(std::size_t k, double& acc) {
+        const float d = y(k / cols, k % cols) - target(k / cols, k % cols);
+        g(k / cols, k % cols) = scale * d;
+        acc += static_cast<double>(d) * d;
+      },
+      sum);
+  return n > 0 ? static_cast<float>(sum / static_cast<double>(n)) : 0.0f;
+}
+
+float cross_entropy_loss(const View2D<const float>& logits, const View1D<const std::int64_t>& labels,
+                         View2D<float>& dy) {
+  const std::size_t batch = logits.extent(0), classes = logits.extent(1);
+  if (labels.extent(0) != batch)
+    throw ConfigError("cross_entropy_loss: " + std::to_string(batch) + " rows of logits but " +
+                      std::to_string(labels.extent(0)) + " labels");
+  ensure_shape(dy, batch, classes, "tessera::ce::dy");
+  auto g = dy;
+  const float inv_batch = batch > 0 ? 1.0f / static_cast<float>(batch) : 0.0f;
+  double sum = 0;
+  long long bad = 0;
+  Kokkos::parallel_reduce(
+      "tessera::cross_entropy", Kokkos::RangePolicy<>(0, batch),
+      KOKKOS_LAMBDA(std::size_t i, double& acc, long long& invalid) {
+        const std::int64_t label = labels(i);
+        if (label < 0 || label >= static_cast<std::int64_t>(classes)) {
+          ++invalid;
+          return;
+        }
+        float m = logits(i, 0);
+        for (std::size_t j = 1; j < classes; ++j) m = logits(i, j) > m ? logits(i, j) : m;
+        float s = 0;
+        for (std::size_t j = 0; j < classes; ++j) s += expf(logits(i, j) - m);
+        const float log_s = logf(s);
+        for (std::size_t j = 0; j < classes; ++j) {
+          const float p = expf(logits(i, j) - m - log_s);
+          g(i, j) = (p - (static_cast<std::int64_t>(j) == label ? 1.0f : 0.0f)) * inv_batch;
+        }
+        acc += static_cast<double>(log_s + m - logits(i, static_cast<std::size_t>(label)));
+      },
+      sum, bad);
+  if (bad > 0)
+    throw ConfigError("cross_entropy_loss: " + std::to_string(bad) + " label(s) outside [0, " +
+                      std::to_string(classes) + ")");
+  return batch > 0 ? static_cast<float>(sum / static_cast<double>(batch)) : 0.0f;
+}
+
+}  // namespace tessera::nn
