@@ -6,6 +6,7 @@
 #include <mpi.h>
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <exception>
 #include <functional>
@@ -14,20 +15,30 @@
 #include <tessera/core/error.hpp>
 #include <tessera/core/session.hpp>
 
+#include "config_file.hpp"
+
 namespace tessera::apps {
 
-/// Runs body(session) inside a Session after app.parse(). Flag errors are the same on every
-/// rank, so every rank exits with CLI11's code and rank 0 prints the message. Errors during
+/// Runs body(session) inside a Session after parsing the flags (and the TOML file named by
+/// --config, if the app has that option). Flag and config-file errors are the same on every
+/// rank, so every rank exits with the same code and rank 0 prints the message. Errors during
 /// the run may hit one rank only: that rank prints and aborts the whole job.
 inline int run_app(int argc, char** argv, CLI::App& app, const std::function<int(Session&)>& body) {
   const char* name = argv[0];
   try {
     Session session(argc, argv);
     try {
-      app.parse(argc, argv);
+      // Flags given twice (a config file's, then the command line's) keep the last value.
+      std::vector<std::string> args = expand_config(argc, argv, app);
+      std::reverse(args.begin() + 1, args.end());  // CLI11 takes the remaining args reversed
+      args.erase(args.begin());
+      app.parse(args);
     } catch (const CLI::ParseError& e) {
       if (session.rank() == 0) return app.exit(e);
       return e.get_exit_code();
+    } catch (const ConfigError& e) {
+      if (session.rank() == 0) std::fprintf(stderr, "%s: error: %s\n", name, e.message().c_str());
+      return 2;
     }
     try {
       return body(session);

@@ -1,0 +1,119 @@
+// tessera-train: trains an MLP with data parallelism across the ranks of the job.
+//
+//   mpiexec -n 2 tessera-train [--config FILE] [--model.layers 8] [--model.dim 1024] ...
+
+#include <tessera/tessera.hpp>
+#include <tessera/checkpoint/model_file.hpp>
+#include <tessera/train/trainer.hpp>
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "../common/app_main.hpp"
+
+namespace {
+std::string duration_text(double s) {
+  char t[32];
+  const long total = std::lround(s);
+  std::snprintf(t, sizeof t, "%ld:%02ld", total / 60, total % 60);
+  return t;
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Trains an MLP with data parallelism (DDP) across the ranks of an MPI job.\n"
+               "Usage: mpiexec -n N tessera-train [--config FILE.toml] [flags]; flags override the file"};
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  tessera::train::TrainConfig c;
+  std::string backend = "auto", grad_dtype = "fp32", metrics_path, save_path, config_path;
+  float lr = 0;
+  bool quiet = false;
+  app.add_option("--config", config_path, "TOML file: [model] layers = 8, [train] steps = 100, ...");
+  app.add_option("--model.layers", c.layers, "number of Linear layers")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--model.dim", c.dim, "width of every layer")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--train.steps", c.steps, "optimizer steps")->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--train.batch", c.global_batch, "global batch: samples per step over all ranks")->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--train.accum", c.accum, "gradient accumulation micro-steps per step")->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--train.seed", c.seed, "seed of initial values and data order")->capture_default_str();
+  app.add_option("--optim.name", c.optimizer, "adamw or sgd")->capture_default_str();
+  app.add_option("--optim.lr", lr, "learning rate (default: adamw 1e-3, sgd 0.01)")->check(CLI::PositiveNumber);
+  app.add_option("--optim.momentum", c.momentum, "sgd momentum")->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--data.source", c.data, "synthetic, or an HDF5 file (see docs/training.md)")->capture_default_str();
+  app.add_option("--data.samples", c.synthetic_samples, "samples in the synthetic task")->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--comm.backend", backend, "auto, mpi, gloo or nccl")->capture_default_str();
+  app.add_option("--comm.bucket_mb", c.ddp.bucket_mb, "gradient bucket size in MiB")->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--comm.grad_dtype", grad_dtype, "gradients on the wire: fp32 or bf16")->capture_default_str();
+  app.add_option("--metrics", metrics_path, "write one JSON object per step to this file");
+  app.add_option("--save", save_path, "write the final parameters to this HDF5 file");
+  app.add_flag("--quiet", quiet, "no progress output");
+
+  return tessera::apps::run_app(argc, argv, app, [&](tessera::Session& session) {
+    using namespace tessera;
+    if (app.count("--optim.lr")) c.lr = lr;
+    c.ddp.grad_dtype = parse_dtype(grad_dtype);
+    c.validate();
+    const bool root = session.rank() == 0;
+    std::ofstream metrics;
+    if (root && !metrics_path.empty()) {
+      metrics.open(metrics_path);
+      if (!metrics) throw ConfigError("cannot write the --metrics file '" + metrics_path + "'");
+    }
+    auto comm = comm::Communicator::create(comm::parse_backend(backend));
+    train::Trainer trainer(c, *comm);
+    const bool tty = isatty(STDOUT_FILENO) != 0;
+    if (root && !quiet)
+      std::printf("tessera-train: %d ranks (%s), MLP %zu x %zu (%zu parameters), %s, %s, batch %lld x %lld steps\n",
+                  comm->size(), comm::backend_name(comm->backend()), c.layers, c.dim, trainer.parameters().numel(),
+                  trainer.dataset().describe().c_str(), c.optimizer.c_str(), static_cast<long long>(c.global_batch),
+                  static_cast<long long>(c.steps));
+    double first_loss = 0, last_loss = 0, elapsed = 0;
+    const std::int64_t every = std::max<std::int64_t>(1, c.steps / 20);
+    trainer.run([&](const train::StepMetrics& m) {
+      if (m.step == 1) first_loss = m.loss;
+      last_loss = m.loss;
+      elapsed += m.step_time_s;
+      if (!root) return;
+      if (metrics.is_open()) {
+        metrics << nlohmann::json{{"step", m.step},
+                                  {"loss", m.loss},
+                                  {"step_time_s", m.step_time_s},
+                                  {"samples_per_s", m.samples_per_s},
+                                  {"comm_exposed_s", m.comm_exposed_s},
+                                  {"forward_s", m.forward_s},
+                                  {"backward_s", m.backward_s},
+                                  {"optimizer_s", m.optimizer_s},
+                                  {"model_state_bytes", m.model_state_bytes}}
+                       .dump()
+                << "\n";
+      }
+      if (quiet) return;
+      const double eta = elapsed / static_cast<double>(m.step) * static_cast<double>(c.steps - m.step);
+      char line[160];
+      std::snprintf(line, sizeof line, "step %lld/%lld | loss %.6g | %.0f samples/s | ETA %s",
+                    static_cast<long long>(m.step), static_cast<long long>(c.steps), m.loss, m.samples_per_s,
+                    duration_text(eta).c_str());
+      if (tty) {
+        std::printf("\r%-78s", line);  // redrawn in place
+        if (m.step == c.steps) std::printf("\n");
+      } else if (m.step % every == 0 || m.step == 1 || m.step == c.steps) {
+        std::printf("%s\n", line);
+      }
+      std::fflush(stdout);
+    });
+    if (!save_path.empty()) checkpoint::save_model(save_path, trainer.parameters(), *comm);
+    if (root && !quiet && c.steps > 0)
+      std::printf("done: %lld steps in %.1f s; loss %.6g -> %.6g (%.1fx lower)%s\n", static_cast<long long>(c.steps),
+                  elapsed, first_loss, last_loss, last_loss > 0 ? first_loss / last_loss : 0.0,
+                  save_path.empty() ? "" : ("; parameters saved to " + save_path).c_str());
+    return 0;
+  });
+}

@@ -1,0 +1,22 @@
+#pragma once
+/// \file
+/// Model parameters in HDF5: one float32 dataset /model/<name> per parameter, in its global
+/// shape. The checkpoint milestone extends this layout with optimizer and sampler state.
+
+#include <string>
+
+#include <tessera/comm/communicator.hpp>
+#include <tessera/nn/parameter.hpp>
+
+namespace tessera::checkpoint {
+
+/// Writes every parameter of `store` to `path` (collective over `comm`; rank 0 writes, as
+/// every rank holds full replicas). The file appears complete or not at all: it is written
+/// beside `path` and renamed into place.
+void save_model(const std::string& path, const nn::ParameterStore& store, comm::Communicator& comm);
+
+/// Reads /model/<name> into every parameter of `store` (each rank reads). Throws
+/// CheckpointError naming the file and parameter when one is missing or has another shape.
+void load_model(const std::string& path, nn::ParameterStore& store);
+
+}  // namespace tessera::checkpoint

@@ -1,0 +1,79 @@
+#pragma once
+/// \file
+/// Data parallelism: every rank holds the whole model; gradients are averaged across ranks
+/// in buckets that start communicating during backward, as soon as they are complete.
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include <tessera/comm/communicator.hpp>
+#include <tessera/nn/module.hpp>
+#include <tessera/nn/parameter.hpp>
+
+namespace tessera::parallel {
+
+struct DDPOptions {
+  double bucket_mb = 25.0;       ///< size cap of every bucket but the first (MiB of gradients)
+  double first_bucket_mb = 1.0;  ///< the first bucket (the last layers) is small so it starts early
+  DType grad_dtype = DType::Float32;  ///< Float32 or BFloat16 on the wire (reduced in float32)
+};
+
+/// A contiguous range of the flat gradient buffer, reduced as one all_reduce.
+struct GradientBucket {
+  std::size_t offset = 0;  ///< first element in the store
+  std::size_t numel = 0;
+  std::vector<std::string> parameters;  ///< in the order their gradients become ready
+};
+
+/// What happened to the gradients of one step (for metrics and tests).
+struct SyncStats {
+  double exposed_s = 0;  ///< time finish_gradient_sync() waited for communication
+  /// For each bucket, in launch order: how many of the model's gradients were ready when it
+  /// was launched (fewer than all means it overlapped the rest of backward).
+  std::vector<std::size_t> ready_at_launch;
+  std::size_t buckets_launched_during_backward = 0;
+};
+
+class DistributedDataParallel {
+ public:
+  /// Buckets the store's gradients and installs the model's gradient-ready hook.
+  DistributedDataParallel(nn::Module& model, nn::ParameterStore& store, comm::Communicator& comm,
+                          DDPOptions options = {});
+  ~DistributedDataParallel();
+
+  /// Throws tessera::Error naming the first parameter whose value differs between ranks.
+  void verify_replicas_identical();
+  /// When false, backward leaves gradients local (gradient accumulation's early micro-steps).
+  void set_sync(bool sync) noexcept { sync_ = sync; }
+  /// Call before the backward pass of a step that synchronises.
+  void begin_step();
+  /// Launches any bucket not yet launched, waits for all, and leaves every gradient averaged
+  /// across ranks. Only the time spent waiting counts as exposed communication.
+  void finish_gradient_sync();
+
+  const std::vector<GradientBucket>& buckets() const noexcept { return buckets_; }
+  const SyncStats& last_sync() const noexcept { return stats_; }
+
+ private:
+  void on_grad_ready(nn::Parameter& p);
+  void launch(std::size_t bucket);
+
+  nn::ParameterStore& store_;
+  comm::Communicator& comm_;
+  DDPOptions options_;
+  std::vector<GradientBucket> buckets_;
+  std::unordered_map<const nn::Parameter*, std::size_t> bucket_of_;
+  std::vector<std::size_t> pending_;     // per bucket: gradients not yet ready this step
+  std::vector<bool> launched_;
+  std::vector<comm::Work> work_;
+  std::vector<View1D<bfloat16>> wire_;   // bf16 staging per bucket
+  std::size_t ready_ = 0;
+  bool sync_ = true;
+  bool in_step_ = false;
+  SyncStats stats_;
+};
+
+}  // namespace tessera::parallel

@@ -1,0 +1,86 @@
+#pragma once
+/// \file
+/// tessera::train::Trainer: the training loop that ties configuration, communicator,
+/// model, data-parallel strategy, optimizer and data together.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <tessera/comm/communicator.hpp>
+#include <tessera/data/dataset.hpp>
+#include <tessera/nn/layers.hpp>
+#include <tessera/optim/optimizer.hpp>
+#include <tessera/parallel/ddp.hpp>
+
+namespace tessera::train {
+
+/// Everything a run needs; apps fill it from flags and config files.
+struct TrainConfig {
+  std::size_t layers = 8;
+  std::size_t dim = 1024;
+  std::int64_t steps = 100;
+  std::int64_t global_batch = 128;  ///< samples per optimizer step, over all ranks and micro-steps
+  std::int64_t accum = 1;           ///< micro-steps per optimizer step
+  std::uint64_t seed = 0;
+  std::string optimizer = "adamw";  ///< adamw or sgd
+  std::optional<float> lr;          ///< default: 1e-3 (adamw), 0.01 (sgd)
+  float momentum = 0.0f;            ///< sgd only
+  float weight_decay = -1;          ///< < 0: the optimizer's default (adamw 0.01, sgd 0)
+  std::string data = "synthetic";   ///< "synthetic" or a path to an HDF5 file
+  std::int64_t synthetic_samples = 1 << 16;
+  parallel::DDPOptions ddp;
+
+  /// Throws ConfigError for values no run can use (before any communication).
+  void validate() const;
+};
+
+/// One optimizer step's figures (loss averaged over every rank and micro-step).
+struct StepMetrics {
+  std::int64_t step = 0;  ///< 1-based
+  double loss = 0;
+  double step_time_s = 0;
+  double samples_per_s = 0;
+  double forward_s = 0;
+  double backward_s = 0;        ///< including the overlapped communication
+  double comm_exposed_s = 0;    ///< time the step waited on gradient communication
+  double optimizer_s = 0;
+  std::size_t model_state_bytes = 0;  ///< parameters + gradients + optimizer state on this rank
+};
+
+class Trainer {
+ public:
+  /// Builds the model and data on every rank of `comm` (collective; checks that replicas
+  /// start identical).
+  Trainer(TrainConfig config, comm::Communicator& comm);
+  ~Trainer();
+  /// One optimizer step.
+  StepMetrics step();
+  /// config.steps steps; calls on_step after each.
+  void run(const std::function<void(const StepMetrics&)>& on_step = {});
+
+  nn::ParameterStore& parameters() noexcept { return store_; }
+  const data::Dataset& dataset() const noexcept { return *dataset_; }
+  parallel::DistributedDataParallel& ddp() noexcept { return *ddp_; }
+  const TrainConfig& config() const noexcept { return config_; }
+  std::int64_t steps_done() const noexcept { return steps_done_; }
+
+ private:
+  TrainConfig config_;
+  comm::Communicator& comm_;
+  nn::ParameterStore store_;
+  std::unique_ptr<nn::MLP> model_;
+  std::unique_ptr<data::Dataset> dataset_;
+  std::unique_ptr<data::DistributedSampler> sampler_;
+  std::unique_ptr<parallel::DistributedDataParallel> ddp_;
+  std::unique_ptr<optim::Optimizer> optimizer_;
+  View2D<float> inputs_, targets_, dy_;
+  View1D<std::int64_t> labels_;
+  std::vector<std::int64_t> micro_indices_;
+  std::int64_t steps_done_ = 0;
+};
+
+}  // namespace tessera::train

@@ -1,0 +1,76 @@
+#include <hdf5.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+
+#include <tessera/checkpoint/model_file.hpp>
+#include <tessera/core/error.hpp>
+
+#include "core/hdf5_check.hpp"
+
+namespace tessera::checkpoint {
+
+void save_model(const std::string& path, const nn::ParameterStore& store, comm::Communicator& comm) {
+  int failed = 0;
+  std::string error;
+  if (comm.rank() == 0) {
+    const std::string tmp = path + ".tmp." + std::to_string(getpid());
+    try {
+      const hid_t file = TESSERA_CHECK_HDF5(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
+      const hid_t group = TESSERA_CHECK_HDF5(H5Gcreate2(file, "/model", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+      for (const auto& p : store.parameters()) {
+        std::vector<hsize_t> dims(p.shape.begin(), p.shape.end());
+        const hid_t space = TESSERA_CHECK_HDF5(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr));
+        const hid_t ds = TESSERA_CHECK_HDF5(
+            H5Dcreate2(group, p.name.c_str(), H5T_IEEE_F32LE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+        auto h = Kokkos::create_mirror_view(p.value);
+        Kokkos::deep_copy(h, p.value);
+        TESSERA_CHECK_HDF5(H5Dwrite(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, h.data()));
+        TESSERA_CHECK_HDF5(H5Dclose(ds));
+        TESSERA_CHECK_HDF5(H5Sclose(space));
+      }
+      TESSERA_CHECK_HDF5(H5Gclose(group));
+      TESSERA_CHECK_HDF5(H5Fclose(file));
+      std::filesystem::rename(tmp, path);
+    } catch (const std::exception& e) {
+      std::error_code ignore;
+      std::filesystem::remove(tmp, ignore);
+      failed = 1;
+      error = e.what();
+    }
+  }
+  comm.broadcast({&failed, 1}, 0);  // every rank learns whether the file was written
+  if (failed)
+    throw CheckpointError("could not write the model to '" + path + "'" + (error.empty() ? "" : ": " + error));
+}
+
+void load_model(const std::string& path, nn::ParameterStore& store) {
+  if (!std::filesystem::exists(path)) throw CheckpointError("model file '" + path + "' does not exist");
+  const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (file < 0) throw CheckpointError("'" + path + "' is not a readable HDF5 file");
+  try {
+    for (auto& p : store.parameters()) {
+      const std::string name = "/model/" + p.name;
+      if (H5Lexists(file, "/model", H5P_DEFAULT) <= 0 || H5Lexists(file, name.c_str(), H5P_DEFAULT) <= 0)
+        throw CheckpointError("'" + path + "' has no " + name);
+      const hid_t ds = TESSERA_CHECK_HDF5(H5Dopen2(file, name.c_str(), H5P_DEFAULT));
+      const hid_t space = TESSERA_CHECK_HDF5(H5Dget_space(ds));
+      std::vector<hsize_t> dims(static_cast<std::size_t>(TESSERA_CHECK_HDF5(H5Sget_simple_extent_ndims(space))));
+      TESSERA_CHECK_HDF5(H5Sget_simple_extent_dims(space, dims.data(), nullptr));
+      const std::vector<hsize_t> want(p.shape.begin(), p.shape.end());
+      if (dims != want) throw CheckpointError("'" + path + "': " + name + " has another shape than the model's");
+      auto h = Kokkos::create_mirror_view(p.value);
+      TESSERA_CHECK_HDF5(H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, h.data()));
+      Kokkos::deep_copy(p.value, h);
+      H5Sclose(space);
+      H5Dclose(ds);
+    }
+  } catch (...) {
+    H5Fclose(file);
+    throw;
+  }
+  H5Fclose(file);
+}
+
+}  // namespace tessera::checkpoint

@@ -1,0 +1,131 @@
+#include <tessera/core/error.hpp>
+#include <tessera/parallel/ddp.hpp>
+
+#include <cstring>
+
+namespace tessera::parallel {
+
+DistributedDataParallel::DistributedDataParallel(nn::Module& model, nn::ParameterStore& store,
+                                                 comm::Communicator& comm, DDPOptions options)
+    : store_(store), comm_(comm), options_(options) {
+  if (!store.allocated()) throw Error("DistributedDataParallel: allocate the parameter store first");
+  if (options.bucket_mb <= 0 || options.first_bucket_mb <= 0)
+    throw ConfigError("DistributedDataParallel: bucket sizes must be > 0 MiB");
+  if (options.grad_dtype != DType::Float32 && options.grad_dtype != DType::BFloat16)
+    throw ConfigError(std::string("DistributedDataParallel: gradients travel as float32 or bfloat16, not ") +
+                      dtype_name(options.grad_dtype));
+  // Backward produces gradients from the last registered parameter to the first, and the
+  // store lays them out in registration order: walking it backwards, each bucket is a
+  // contiguous range that fills up in the order backward produces it.
+  auto& params = store.parameters();
+  const auto cap = [&](bool first) {
+    return static_cast<std::size_t>((first ? options.first_bucket_mb : options.bucket_mb) * 1024 * 1024 / sizeof(float));
+  };
+  for (std::size_t k = params.size(); k-- > 0;) {
+    auto& p = params[k];
+    const bool full = !buckets_.empty() && buckets_.back().numel > 0 &&
+                      buckets_.back().numel + p.numel > cap(buckets_.size() == 1);
+    if (buckets_.empty() || full) buckets_.push_back({});
+    auto& b = buckets_.back();
+    b.offset = p.offset;  // walking down: each parameter starts the range anew
+    b.numel += p.numel;
+    b.parameters.push_back(p.name);
+    bucket_of_[&p] = buckets_.size() - 1;
+  }
+  pending_.resize(buckets_.size());
+  launched_.resize(buckets_.size());
+  work_.resize(buckets_.size());
+  if (options.grad_dtype == DType::BFloat16)
+    for (const auto& b : buckets_) wire_.emplace_back("tessera::ddp::bf16", b.numel);
+  model.set_grad_ready_hook([this](nn::Parameter& p) { on_grad_ready(p); });
+}
+
+DistributedDataParallel::~DistributedDataParallel() {
+  // Buffers of in-flight reductions must outlive them.
+  for (auto& w : work_) {
+    try {
+      w.wait();
+    } catch (...) {
+    }
+  }
+}
+
+void DistributedDataParallel::verify_replicas_identical() {
+  auto& params = store_.parameters();
+  std::vector<std::int64_t> lo(params.size()), hi(params.size());
+  for (std::size_t k = 0; k < params.size(); ++k) {
+    auto h = Kokkos::create_mirror_view(params[k].value);
+    Kokkos::deep_copy(h, params[k].value);
+    std::uint64_t hash = 1469598103934665603ull;
+    for (std::size_t i = 0; i < h.size(); ++i) {
+      std::uint32_t bits;
+      std::memcpy(&bits, &h(i), sizeof bits);
+      hash = (hash ^ bits) * 1099511628211ull;
+    }
+    lo[k] = hi[k] = static_cast<std::int64_t>(hash >> 1);
+  }
+  comm_.all_reduce({lo.data(), lo.size()}, comm::ReduceOp::Min);
+  comm_.all_reduce({hi.data(), hi.size()}, comm::ReduceOp::Max);
+  for (std::size_t k = 0; k < params.size(); ++k)
+    if (lo[k] != hi[k])
+      throw Error("data-parallel replicas differ: parameter '" + params[k].name +
+                  "' does not hold the same values on every rank; initialise every rank from the same seed");
+}
+
+void DistributedDataParallel::begin_step() {
+  for (std::size_t b = 0; b < buckets_.size(); ++b) {
+    pending_[b] = buckets_[b].parameters.size();
+    launched_[b] = false;
+  }
+  ready_ = 0;
+  stats_ = {};
+  in_step_ = true;
+}
+
+void DistributedDataParallel::on_grad_ready(nn::Parameter& p) {
+  if (!sync_ || !in_step_) return;
+  ++ready_;
+  const std::size_t b = bucket_of_.at(&p);
+  if (--pending_[b] == 0) {
+    launch(b);
+    ++stats_.buckets_launched_during_backward;
+  }
+}
+
+void DistributedDataParallel::launch(std::size_t b) {
+  launched_[b] = true;
+  stats_.ready_at_launch.push_back(ready_);
+  const auto& bucket = buckets_[b];
+  View1D<float> grads(store_.grads().data() + bucket.offset, bucket.numel);
+  if (options_.grad_dtype == DType::BFloat16) {
+    auto wire = wire_[b];
+    Kokkos::parallel_for(
+        "tessera::ddp::to_bf16", Kokkos::RangePolicy<>(0, bucket.numel),
+        KOKKOS_LAMBDA(std::size_t i) { wire(i) = bfloat16(grads(i)); });
+    Kokkos::fence();
+    work_[b] = comm_.all_reduce_async(wire, comm::ReduceOp::Avg);
+  } else {
+    work_[b] = comm_.all_reduce_async(grads, comm::ReduceOp::Avg);
+  }
+}
+
+void DistributedDataParallel::finish_gradient_sync() {
+  const auto start = std::chrono::steady_clock::now();
+  for (std::size_t b = 0; b < buckets_.size(); ++b)
+    if (!launched_[b]) launch(b);  // e.g. parameters unused in this step's graph
+  for (std::size_t b = 0; b < buckets_.size(); ++b) {
+    work_[b].wait();
+    if (options_.grad_dtype == DType::BFloat16) {
+      const auto& bucket = buckets_[b];
+      View1D<float> grads(store_.grads().data() + bucket.offset, bucket.numel);
+      auto wire = wire_[b];
+      Kokkos::parallel_for(
+          "tessera::ddp::from_bf16", Kokkos::RangePolicy<>(0, bucket.numel),
+          KOKKOS_LAMBDA(std::size_t i) { grads(i) = static_cast<float>(wire(i)); });
+    }
+  }
+  in_step_ = false;
+  stats_.exposed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace tessera::parallel

@@ -1,0 +1,139 @@
+#include <tessera/core/error.hpp>
+#include <tessera/train/trainer.hpp>
+
+#include <chrono>
+
+namespace tessera::train {
+namespace {
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+}  // namespace
+
+void TrainConfig::validate() const {
+  auto require = [](bool ok, const std::string& what) {
+    if (!ok) throw ConfigError(what);
+  };
+  require(layers >= 1, "--model.layers must be >= 1");
+  require(dim >= 1, "--model.dim must be >= 1");
+  require(steps >= 0, "--train.steps must be >= 0");
+  require(global_batch >= 1, "--train.batch must be >= 1");
+  require(accum >= 1, "--train.accum must be >= 1");
+  require(global_batch % accum == 0, "--train.batch " + std::to_string(global_batch) + " does not split into " +
+                                         std::to_string(accum) + " micro-steps (--train.accum); choose a multiple of " +
+                                         std::to_string(accum));
+  require(optimizer == "adamw" || optimizer == "sgd",
+          "--optim.name '" + optimizer + "' is not an optimizer Tessera has; use adamw or sgd");
+  require(!lr || *lr > 0, "--optim.lr must be > 0");
+  require(momentum >= 0, "--optim.momentum must be >= 0");
+  require(synthetic_samples >= 1, "--data.samples must be >= 1");
+}
+
+Trainer::Trainer(TrainConfig config, comm::Communicator& comm) : config_(std::move(config)), comm_(comm) {
+  config_.validate();
+  const std::int64_t ranks = comm.size();
+  if (config_.global_batch % (ranks * config_.accum) != 0)
+    throw ConfigError("--train.batch " + std::to_string(config_.global_batch) + " does not divide across " +
+                      std::to_string(ranks) + " ranks x " + std::to_string(config_.accum) +
+                      " micro-steps; choose a multiple of " + std::to_string(ranks * config_.accum));
+  dataset_ = config_.data == "synthetic"
+                 ? data::make_teacher_student(config_.synthetic_samples, config_.dim, config_.seed)
+                 : data::open_hdf5(config_.data);
+  if (dataset_->input_dim() != config_.dim)
+    throw ConfigError(dataset_->describe() + ": its " + std::to_string(dataset_->input_dim()) +
+                      " input features do not match --model.dim " + std::to_string(config_.dim) + "; set --model.dim " +
+                      std::to_string(dataset_->input_dim()));
+  if (!dataset_->has_labels() && dataset_->target_dim() != config_.dim)
+    throw ConfigError(dataset_->describe() + ": the model's " + std::to_string(config_.dim) +
+                      " outputs cannot fit targets of width " + std::to_string(dataset_->target_dim()));
+  if (dataset_->has_labels() && dataset_->classes() > static_cast<std::int64_t>(config_.dim))
+    throw ConfigError(dataset_->describe() + ": more classes than the model's " + std::to_string(config_.dim) +
+                      " outputs; raise --model.dim");
+
+  model_ = std::make_unique<nn::MLP>(store_, config_.layers, config_.dim);
+  store_.initialize(config_.seed);
+  sampler_ = std::make_unique<data::DistributedSampler>(dataset_->size(), config_.global_batch, comm.rank(),
+                                                        comm.size(), config_.seed);
+  ddp_ = std::make_unique<parallel::DistributedDataParallel>(*model_, store_, comm, config_.ddp);
+  ddp_->verify_replicas_identical();
+
+  if (config_.optimizer == "sgd") {
+    optim::SGDOptions o;
+    o.lr = config_.lr.value_or(o.lr);
+    o.momentum = config_.momentum;
+    if (config_.weight_decay >= 0) o.weight_decay = config_.weight_decay;
+    optimizer_ = std::make_unique<optim::SGD>(store_.values(), store_.grads(), o);
+  } else {
+    optim::AdamWOptions o;
+    o.lr = config_.lr.value_or(o.lr);
+    if (config_.weight_decay >= 0) o.weight_decay = config_.weight_decay;
+    optimizer_ = std::make_unique<optim::AdamW>(store_.values(), store_.grads(), o);
+  }
+
+  const auto micro = static_cast<std::size_t>(config_.global_batch / (ranks * config_.accum));
+  inputs_ = View2D<float>("tessera::inputs", micro, config_.dim);
+  if (dataset_->has_labels()) labels_ = View1D<std::int64_t>("tessera::labels", micro);
+  else targets_ = View2D<float>("tessera::targets", micro, config_.dim);
+  micro_indices_.resize(micro);
+}
+
+Trainer::~Trainer() = default;
+
+StepMetrics Trainer::step() {
+  StepMetrics m;
+  const auto start = Clock::now();
+  store_.zero_grad();
+  const std::vector<std::int64_t>& local = sampler_->next();
+  const std::size_t micro = micro_indices_.size();
+  double loss_sum = 0;
+  for (std::int64_t k = 0; k < config_.accum; ++k) {
+    std::copy(local.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(k) * micro),
+              local.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(k + 1) * micro),
+              micro_indices_.begin());
+    dataset_->load(micro_indices_, inputs_, targets_, labels_);
+    auto t = Clock::now();
+    auto y = model_->forward(inputs_);
+    loss_sum += dataset_->has_labels() ? nn::cross_entropy_loss(y, labels_, dy_) : nn::mse_loss(y, targets_, dy_);
+    if (config_.accum > 1) {
+      // Each micro-step's loss is a mean over its micro-batch; the step's is their mean.
+      auto dy = dy_;
+      const float scale = 1.0f / static_cast<float>(config_.accum);
+      const std::size_t cols = dy.extent(1);
+      Kokkos::parallel_for(
+          "tessera::scale_dy", Kokkos::RangePolicy<>(0, dy.extent(0) * cols),
+          KOKKOS_LAMBDA(std::size_t i) { dy(i / cols, i % cols) *= scale; });
+    }
+    Kokkos::fence();
+    m.forward_s += since(t);
+    const bool last = k + 1 == config_.accum;
+    ddp_->set_sync(last);  // accumulate locally; communicate on the last micro-step only
+    if (last) ddp_->begin_step();
+    t = Clock::now();
+    model_->backward(dy_);
+    Kokkos::fence();
+    m.backward_s += since(t);
+  }
+  ddp_->finish_gradient_sync();
+  m.comm_exposed_s = ddp_->last_sync().exposed_s;
+  auto t = Clock::now();
+  optimizer_->step();
+  Kokkos::fence();
+  m.optimizer_s = since(t);
+
+  double loss = loss_sum / static_cast<double>(config_.accum);
+  comm_.all_reduce({&loss, 1}, comm::ReduceOp::Avg);
+  m.step = ++steps_done_;
+  m.loss = loss;
+  m.step_time_s = since(start);
+  m.samples_per_s = static_cast<double>(config_.global_batch) / m.step_time_s;
+  m.model_state_bytes = 2 * store_.numel() * sizeof(float) + optimizer_->state_bytes();
+  return m;
+}
+
+void Trainer::run(const std::function<void(const StepMetrics&)>& on_step) {
+  while (steps_done_ < config_.steps) {
+    const StepMetrics m = step();
+    if (on_step) on_step(m);
+  }
+}
+
+}  // namespace tessera::train
