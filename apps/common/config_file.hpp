@@ -19,8 +19,10 @@ inline std::vector<std::string> expand_config(int argc, char** argv, const CLI::
   std::vector<std::string> args(argv, argv + argc);
   std::string path;
   for (std::size_t i = 1; i < args.size(); ++i) {
-    if (args[i] == "--config" && i + 1 < args.size()) path = args[i + 1];
-    else if (args[i].rfind("--config=", 0) == 0) path = args[i].substr(9);
+    if (args[i] == "--config" && i + 1 < args.size())
+      path = args[i + 1];
+    else if (args[i].rfind("--config=", 0) == 0)
+      path = args[i].substr(9);
   }
   if (path.empty()) return args;
   std::ifstream file(path);

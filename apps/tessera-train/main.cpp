@@ -2,14 +2,15 @@
 //
 //   mpiexec -n 2 tessera-train [--config FILE] [--model.layers 8] [--model.dim 1024] ...
 
-#include <tessera/tessera.hpp>
 #include <tessera/checkpoint/model_file.hpp>
+#include <tessera/tessera.hpp>
 #include <tessera/train/trainer.hpp>
 
 #include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -26,35 +27,50 @@ std::string duration_text(double s) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Trains an MLP with data parallelism (DDP) across the ranks of an MPI job.\n"
-               "Usage: mpiexec -n N tessera-train [--config FILE.toml] [flags]; flags override the file"};
+  CLI::App app{
+      "Trains an MLP with data parallelism (DDP) across the ranks of an MPI job.\n"
+      "Usage: mpiexec -n N tessera-train [--config FILE.toml] [flags]; flags override the file"};
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   tessera::train::TrainConfig c;
   std::string backend = "auto", grad_dtype = "fp32", metrics_path, save_path, config_path;
   float lr = 0;
   bool quiet = false;
   app.add_option("--config", config_path, "TOML file: [model] layers = 8, [train] steps = 100, ...");
-  app.add_option("--model.layers", c.layers, "number of Linear layers")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--model.dim", c.dim, "width of every layer")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--model.layers", c.layers, "number of Linear layers")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 30));
+  app.add_option("--model.dim", c.dim, "width of every layer")->capture_default_str()->check(CLI::Range(1, 1 << 30));
   app.add_option("--train.steps", c.steps, "optimizer steps")->capture_default_str()->check(CLI::NonNegativeNumber);
-  app.add_option("--train.batch", c.global_batch, "global batch: samples per step over all ranks")->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  app.add_option("--train.accum", c.accum, "gradient accumulation micro-steps per step")->capture_default_str()
-      ->check(CLI::PositiveNumber);
+  app.add_option("--train.batch", c.global_batch, "global batch: samples per step over all ranks")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 30));
+  app.add_option("--train.accum", c.accum, "gradient accumulation micro-steps per step")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 30));
   app.add_option("--train.seed", c.seed, "seed of initial values and data order")->capture_default_str();
   app.add_option("--optim.name", c.optimizer, "adamw or sgd")->capture_default_str();
-  app.add_option("--optim.lr", lr, "learning rate (default: adamw 1e-3, sgd 0.01)")->check(CLI::PositiveNumber);
+  app.add_option("--optim.lr", lr, "learning rate (default: adamw 1e-3, sgd 0.01)")->check(CLI::Range(1, 1 << 30));
   app.add_option("--optim.momentum", c.momentum, "sgd momentum")->capture_default_str()->check(CLI::NonNegativeNumber);
   app.add_option("--data.source", c.data, "synthetic, or an HDF5 file (see docs/training.md)")->capture_default_str();
-  app.add_option("--data.samples", c.synthetic_samples, "samples in the synthetic task")->capture_default_str()
-      ->check(CLI::PositiveNumber);
+  app.add_option("--data.samples", c.synthetic_samples, "samples in the synthetic task")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 30));
+  app.add_option("--data.teacher_layers", c.teacher_layers, "depth of the synthetic task's teacher (0: as the model)")
+      ->capture_default_str();
   app.add_option("--comm.backend", backend, "auto, mpi, gloo or nccl")->capture_default_str();
-  app.add_option("--comm.bucket_mb", c.ddp.bucket_mb, "gradient bucket size in MiB")->capture_default_str()
-      ->check(CLI::PositiveNumber);
+  app.add_option("--comm.bucket_mb", c.ddp.bucket_mb, "gradient bucket size in MiB")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 30));
   app.add_option("--comm.grad_dtype", grad_dtype, "gradients on the wire: fp32 or bf16")->capture_default_str();
   app.add_option("--metrics", metrics_path, "write one JSON object per step to this file");
   app.add_option("--save", save_path, "write the final parameters to this HDF5 file");
-  app.add_flag("--quiet", quiet, "no progress output");
+  std::string progress = "auto";
+  app.add_option("--progress", progress,
+                 "bar (redrawn in place), lines, none, or auto: bar on a terminal outside an MPI launcher (which "
+                 "hands ranks a pseudo-terminal even when its own output is a file), lines otherwise")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "bar", "lines", "none"}));
+  app.add_flag("--quiet", quiet, "no progress output (same as --progress none)");
 
   return tessera::apps::run_app(argc, argv, app, [&](tessera::Session& session) {
     using namespace tessera;
@@ -69,7 +85,10 @@ int main(int argc, char** argv) {
     }
     auto comm = comm::Communicator::create(comm::parse_backend(backend));
     train::Trainer trainer(c, *comm);
-    const bool tty = isatty(STDOUT_FILENO) != 0;
+    const bool launched = std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") ||
+                          std::getenv("SLURM_STEP_ID") || std::getenv("PMIX_RANK");
+    if (progress == "none") quiet = true;
+    const bool tty = progress == "bar" || (progress == "auto" && isatty(STDOUT_FILENO) != 0 && !launched);
     if (root && !quiet)
       std::printf("tessera-train: %d ranks (%s), MLP %zu x %zu (%zu parameters), %s, %s, batch %lld x %lld steps\n",
                   comm->size(), comm::backend_name(comm->backend()), c.layers, c.dim, trainer.parameters().numel(),

@@ -65,7 +65,8 @@ class Hdf5Dataset final : public Dataset {
     input_dim_ = static_cast<std::size_t>(in_shape[1]);
     const bool has_targets = H5Lexists(file_, "/targets", H5P_DEFAULT) > 0;
     const bool has_labels = H5Lexists(file_, "/labels", H5P_DEFAULT) > 0;
-    if (has_targets == has_labels) throw bad(has_targets ? "has both /targets and /labels" : "has neither /targets nor /labels");
+    if (has_targets == has_labels)
+      throw bad(has_targets ? "has both /targets and /labels" : "has neither /targets nor /labels");
     if (has_targets) {
       targets_ = H5Dopen2(file_, "/targets", H5P_DEFAULT);
       const auto t = shape_of(targets_);

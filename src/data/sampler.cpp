@@ -42,7 +42,8 @@ const std::vector<std::int64_t>& DistributedSampler::next() {
   if (shuffled_epoch_ != state_.epoch) shuffle();
   const std::int64_t local = global_batch_ / ranks_;
   const std::int64_t begin = state_.batch * global_batch_ + rank_ * local;
-  for (std::int64_t i = 0; i < local; ++i) local_[static_cast<std::size_t>(i)] = order_[static_cast<std::size_t>(begin + i)];
+  for (std::int64_t i = 0; i < local; ++i)
+    local_[static_cast<std::size_t>(i)] = order_[static_cast<std::size_t>(begin + i)];
   ++state_.batch;
   return local_;
 }

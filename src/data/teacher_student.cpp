@@ -8,55 +8,67 @@ namespace {
 
 class TeacherStudent final : public Dataset {
  public:
-  TeacherStudent(std::int64_t samples, std::size_t dim, std::uint64_t seed)
-      : samples_(samples), dim_(dim), input_key_(stream_key(seed, "data.inputs")) {
-    if (samples <= 0 || dim == 0) throw ConfigError("the synthetic task needs samples >= 1 and dim >= 1");
-    hidden_ = std::make_unique<nn::Linear>(teacher_, "teacher.0", dim, dim);
-    out_ = std::make_unique<nn::Linear>(teacher_, "teacher.1", dim, dim);
-    // The teacher's own stream: a seed the student never uses for its parameters.
-    teacher_.initialize(seed ^ 0x7EAC4E55ull);
+  TeacherStudent(std::int64_t samples, std::size_t dim, std::size_t teacher_layers, std::uint64_t seed)
+      : samples_(samples), dim_(dim), teacher_layers_(teacher_layers) {
+    if (samples <= 0 || dim == 0 || teacher_layers == 0)
+      throw ConfigError("the synthetic task needs samples >= 1, dim >= 1 and a teacher of >= 1 layer");
+    // The whole set is made once: per-step loading is then a copy, as from a real dataset.
+    inputs_ = View2D<float>("tessera::ts::inputs", static_cast<std::size_t>(samples), dim);
+    targets_ = View2D<float>("tessera::ts::targets", static_cast<std::size_t>(samples), dim);
+    auto x = inputs_;
+    const std::uint64_t key = stream_key(seed, "data.inputs");
+    Kokkos::parallel_for(
+        "tessera::ts::inputs", Kokkos::RangePolicy<>(0, static_cast<std::size_t>(samples) * dim),
+        KOKKOS_LAMBDA(std::size_t k) { x(k / dim, k % dim) = normal01(key, k); });
+    nn::ParameterStore store;
+    nn::MLP teacher(store, teacher_layers, dim, "teacher");
+    store.initialize(seed ^ 0x7EAC4E55ull);  // a stream the student's parameters never use
+    const std::size_t chunk = 256;
+    for (std::size_t begin = 0; begin < static_cast<std::size_t>(samples); begin += chunk) {
+      const auto rows = std::make_pair(begin, std::min(begin + chunk, static_cast<std::size_t>(samples)));
+      auto y = teacher.forward(Kokkos::subview(inputs_, rows, Kokkos::ALL()));
+      Kokkos::deep_copy(Kokkos::subview(targets_, rows, Kokkos::ALL()), y);
+    }
   }
   std::int64_t size() const noexcept override { return samples_; }
   std::size_t input_dim() const noexcept override { return dim_; }
   std::size_t target_dim() const noexcept override { return dim_; }
   std::string describe() const override {
-    return "synthetic teacher-student task, " + std::to_string(samples_) + " samples of dimension " +
-           std::to_string(dim_);
+    return "synthetic teacher-student task (" + std::to_string(samples_) + " samples, dimension " +
+           std::to_string(dim_) + ", teacher of " + std::to_string(teacher_layers_) + " layers)";
   }
 
   void load(const std::vector<std::int64_t>& indices, const View2D<float>& inputs, const View2D<float>& targets,
             const View1D<std::int64_t>&) override {
     const std::size_t dim = dim_;
-    const std::uint64_t key = input_key_;
-    View1D<std::int64_t> rows("tessera::ts::rows", indices.size());
-    auto h = Kokkos::create_mirror_view(rows);
+    if (rows_.extent(0) != indices.size()) rows_ = View1D<std::int64_t>("tessera::ts::rows", indices.size());
+    auto h = Kokkos::create_mirror_view(rows_);
     for (std::size_t r = 0; r < indices.size(); ++r) h(r) = indices[r];
-    Kokkos::deep_copy(rows, h);
+    Kokkos::deep_copy(rows_, h);
+    auto rows = rows_;
+    auto x = inputs_;
+    auto t = targets_;
     Kokkos::parallel_for(
-        "tessera::ts::inputs", Kokkos::RangePolicy<>(0, indices.size() * dim), KOKKOS_LAMBDA(std::size_t k) {
+        "tessera::ts::gather", Kokkos::RangePolicy<>(0, indices.size() * dim), KOKKOS_LAMBDA(std::size_t k) {
           const std::size_t r = k / dim, j = k % dim;
-          inputs(r, j) = normal01(key, static_cast<std::uint64_t>(rows(r)) * dim + j);
+          const auto s = static_cast<std::size_t>(rows(r));
+          inputs(r, j) = x(s, j);
+          targets(r, j) = t(s, j);
         });
-    auto h1 = hidden_->forward(inputs);
-    gelu_out_ = gelu_.forward(h1);
-    auto y = out_->forward(gelu_out_);
-    Kokkos::deep_copy(targets, y);
   }
 
  private:
   std::int64_t samples_;
-  std::size_t dim_;
-  std::uint64_t input_key_;
-  nn::ParameterStore teacher_;
-  std::unique_ptr<nn::Linear> hidden_, out_;
-  nn::GELU gelu_;
-  View2D<float> gelu_out_;
+  std::size_t dim_, teacher_layers_;
+  View2D<float> inputs_, targets_;
+  View1D<std::int64_t> rows_;
 };
 
 }  // namespace
 
-std::unique_ptr<Dataset> make_teacher_student(std::int64_t samples, std::size_t dim, std::uint64_t seed) {
-  return std::make_unique<TeacherStudent>(samples, dim, seed);
+std::unique_ptr<Dataset> make_teacher_student(std::int64_t samples, std::size_t dim, std::size_t teacher_layers,
+                                              std::uint64_t seed) {
+  return std::make_unique<TeacherStudent>(samples, dim, teacher_layers, seed);
 }
 
 }  // namespace tessera::data

@@ -5,8 +5,8 @@
 
 namespace tessera::parallel {
 
-DistributedDataParallel::DistributedDataParallel(nn::Module& model, nn::ParameterStore& store,
-                                                 comm::Communicator& comm, DDPOptions options)
+DistributedDataParallel::DistributedDataParallel(nn::Module& model, nn::ParameterStore& store, comm::Communicator& comm,
+                                                 DDPOptions options)
     : store_(store), comm_(comm), options_(options) {
   if (!store.allocated()) throw Error("DistributedDataParallel: allocate the parameter store first");
   if (options.bucket_mb <= 0 || options.first_bucket_mb <= 0)
@@ -19,12 +19,13 @@ DistributedDataParallel::DistributedDataParallel(nn::Module& model, nn::Paramete
   // contiguous range that fills up in the order backward produces it.
   auto& params = store.parameters();
   const auto cap = [&](bool first) {
-    return static_cast<std::size_t>((first ? options.first_bucket_mb : options.bucket_mb) * 1024 * 1024 / sizeof(float));
+    return static_cast<std::size_t>((first ? options.first_bucket_mb : options.bucket_mb) * 1024 * 1024 /
+                                    sizeof(float));
   };
   for (std::size_t k = params.size(); k-- > 0;) {
     auto& p = params[k];
-    const bool full = !buckets_.empty() && buckets_.back().numel > 0 &&
-                      buckets_.back().numel + p.numel > cap(buckets_.size() == 1);
+    const bool full =
+        !buckets_.empty() && buckets_.back().numel > 0 && buckets_.back().numel + p.numel > cap(buckets_.size() == 1);
     if (buckets_.empty() || full) buckets_.push_back({});
     auto& b = buckets_.back();
     b.offset = p.offset;  // walking down: each parameter starts the range anew

@@ -35,9 +35,11 @@ Trainer::Trainer(TrainConfig config, comm::Communicator& comm) : config_(std::mo
     throw ConfigError("--train.batch " + std::to_string(config_.global_batch) + " does not divide across " +
                       std::to_string(ranks) + " ranks x " + std::to_string(config_.accum) +
                       " micro-steps; choose a multiple of " + std::to_string(ranks * config_.accum));
-  dataset_ = config_.data == "synthetic"
-                 ? data::make_teacher_student(config_.synthetic_samples, config_.dim, config_.seed)
-                 : data::open_hdf5(config_.data);
+  dataset_ =
+      config_.data == "synthetic"
+          ? data::make_teacher_student(config_.synthetic_samples, config_.dim,
+                                       config_.teacher_layers ? config_.teacher_layers : config_.layers, config_.seed)
+          : data::open_hdf5(config_.data);
   if (dataset_->input_dim() != config_.dim)
     throw ConfigError(dataset_->describe() + ": its " + std::to_string(dataset_->input_dim()) +
                       " input features do not match --model.dim " + std::to_string(config_.dim) + "; set --model.dim " +
@@ -71,8 +73,10 @@ Trainer::Trainer(TrainConfig config, comm::Communicator& comm) : config_(std::mo
 
   const auto micro = static_cast<std::size_t>(config_.global_batch / (ranks * config_.accum));
   inputs_ = View2D<float>("tessera::inputs", micro, config_.dim);
-  if (dataset_->has_labels()) labels_ = View1D<std::int64_t>("tessera::labels", micro);
-  else targets_ = View2D<float>("tessera::targets", micro, config_.dim);
+  if (dataset_->has_labels())
+    labels_ = View1D<std::int64_t>("tessera::labels", micro);
+  else
+    targets_ = View2D<float>("tessera::targets", micro, config_.dim);
   micro_indices_.resize(micro);
 }
 

@@ -24,15 +24,17 @@ class Dataset {
   /// Number of classes for labelled data (max label + 1), 0 otherwise.
   virtual std::int64_t classes() const noexcept { return 0; }
   /// Fills row r of `inputs` and of `targets` or `labels` with sample indices[r].
-  virtual void load(const std::vector<std::int64_t>& indices, const View2D<float>& inputs,
-                    const View2D<float>& targets, const View1D<std::int64_t>& labels) = 0;
+  virtual void load(const std::vector<std::int64_t>& indices, const View2D<float>& inputs, const View2D<float>& targets,
+                    const View1D<std::int64_t>& labels) = 0;
   virtual std::string describe() const = 0;
 };
 
 /// The default task: inputs x drawn from N(0, 1) by (seed, global sample index), targets
-/// y = teacher(x) for a fixed random teacher (Linear, GELU, Linear of width `dim`). Needs no
-/// files; a student MLP learns it.
-std::unique_ptr<Dataset> make_teacher_student(std::int64_t samples, std::size_t dim, std::uint64_t seed);
+/// y = teacher(x) for a fixed random teacher MLP of `teacher_layers` layers of width `dim`
+/// (initialised from the seed like the student, from another stream). Needs no files; a
+/// student MLP learns it. The set is generated once, at construction.
+std::unique_ptr<Dataset> make_teacher_student(std::int64_t samples, std::size_t dim, std::size_t teacher_layers,
+                                              std::uint64_t seed);
 
 /// An HDF5 file with /inputs [N, d_in] float32 and /targets [N, d_out] float32 or
 /// /labels [N] int64. Throws ConfigError naming the file and the problem when it is missing

@@ -16,8 +16,8 @@
 namespace tessera::parallel {
 
 struct DDPOptions {
-  double bucket_mb = 25.0;       ///< size cap of every bucket but the first (MiB of gradients)
-  double first_bucket_mb = 1.0;  ///< the first bucket (the last layers) is small so it starts early
+  double bucket_mb = 25.0;            ///< size cap of every bucket but the first (MiB of gradients)
+  double first_bucket_mb = 1.0;       ///< the first bucket (the last layers) is small so it starts early
   DType grad_dtype = DType::Float32;  ///< Float32 or BFloat16 on the wire (reduced in float32)
 };
 
@@ -66,10 +66,10 @@ class DistributedDataParallel {
   DDPOptions options_;
   std::vector<GradientBucket> buckets_;
   std::unordered_map<const nn::Parameter*, std::size_t> bucket_of_;
-  std::vector<std::size_t> pending_;     // per bucket: gradients not yet ready this step
+  std::vector<std::size_t> pending_;  // per bucket: gradients not yet ready this step
   std::vector<bool> launched_;
   std::vector<comm::Work> work_;
-  std::vector<View1D<bfloat16>> wire_;   // bf16 staging per bucket
+  std::vector<View1D<bfloat16>> wire_;  // bf16 staging per bucket
   std::size_t ready_ = 0;
   bool sync_ = true;
   bool in_step_ = false;

@@ -31,7 +31,8 @@ struct TrainConfig {
   float momentum = 0.0f;            ///< sgd only
   float weight_decay = -1;          ///< < 0: the optimizer's default (adamw 0.01, sgd 0)
   std::string data = "synthetic";   ///< "synthetic" or a path to an HDF5 file
-  std::int64_t synthetic_samples = 1 << 16;
+  std::int64_t synthetic_samples = 4096;
+  std::size_t teacher_layers = 0;  ///< synthetic task's teacher depth; 0: as deep as the model
   parallel::DDPOptions ddp;
 
   /// Throws ConfigError for values no run can use (before any communication).
@@ -45,8 +46,8 @@ struct StepMetrics {
   double step_time_s = 0;
   double samples_per_s = 0;
   double forward_s = 0;
-  double backward_s = 0;        ///< including the overlapped communication
-  double comm_exposed_s = 0;    ///< time the step waited on gradient communication
+  double backward_s = 0;      ///< including the overlapped communication
+  double comm_exposed_s = 0;  ///< time the step waited on gradient communication
   double optimizer_s = 0;
   std::size_t model_state_bytes = 0;  ///< parameters + gradients + optimizer state on this rank
 };

@@ -1,0 +1,180 @@
+// Data parallelism proven against a single-process reference on the same data: each rank
+// also trains the whole global batch alone (on a communicator of its own), and the two
+// runs must end with the same parameters.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include <tessera/tessera.hpp>
+#include <tessera/train/trainer.hpp>
+
+#include "test_support.hpp"
+
+namespace {
+using namespace tessera;
+using test::world;
+
+train::TrainConfig small_config() {
+  train::TrainConfig c;
+  c.layers = 3;
+  c.dim = 32;
+  c.global_batch = 24;  // divides across 1, 2, 3 and 4 ranks
+  c.steps = 10;
+  c.synthetic_samples = 480;
+  c.teacher_layers = 2;
+  c.seed = 7;
+  return c;
+}
+
+/// This rank alone: the single-process reference.
+comm::Communicator& self() {
+  static std::unique_ptr<comm::Communicator> s = world().split(world().rank(), 0, "self");
+  return *s;
+}
+
+std::vector<float> values(train::Trainer& t) {
+  auto v = t.parameters().values();
+  auto h = Kokkos::create_mirror_view(v);
+  Kokkos::deep_copy(h, v);
+  return std::vector<float>(h.data(), h.data() + h.size());
+}
+
+void expect_same_parameters(const std::vector<float>& ref, const std::vector<float>& got, double rel) {
+  ASSERT_EQ(ref.size(), got.size());
+  double max_ref = 0, max_diff = 0;
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    max_ref = std::max(max_ref, std::fabs(static_cast<double>(ref[i])));
+    max_diff = std::max(max_diff, std::fabs(static_cast<double>(ref[i]) - got[i]));
+  }
+  EXPECT_LE(max_diff, rel * max_ref) << "max |a - b| = " << max_diff << ", max |a| = " << max_ref;
+}
+
+TEST(DDP, SGDMatchesTheSingleProcessRunOnTheSameGlobalBatch) {
+  auto c = small_config();
+  c.optimizer = "sgd";
+  c.lr = 0.05f;
+  c.momentum = 0.9f;
+  train::Trainer reference(c, self());
+  reference.run();
+  train::Trainer ddp(c, world());
+  ddp.run();
+  expect_same_parameters(values(reference), values(ddp), 1e-5);
+  // The steps must have changed the parameters, or the comparison proves nothing.
+  train::Trainer untrained(c, self());
+  double moved = 0;
+  const auto a = values(untrained), b = values(reference);
+  for (std::size_t i = 0; i < a.size(); ++i) moved = std::max(moved, std::fabs(static_cast<double>(a[i]) - b[i]));
+  EXPECT_GT(moved, 1e-3);
+}
+
+TEST(DDP, AdamWPerStepLossesMatchTheSingleProcessRun) {
+  auto c = small_config();
+  train::Trainer reference(c, self());
+  train::Trainer ddp(c, world());
+  for (int s = 0; s < 10; ++s) {
+    const double a = reference.step().loss, b = ddp.step().loss;
+    EXPECT_NEAR(b, a, 1e-5 * std::fabs(a)) << "step " << s + 1;
+  }
+}
+
+TEST(DDP, AccumulationOfFourMicroStepsMatchesOneStepOfTheWholeBatch) {
+  auto c = small_config();
+  c.global_batch = 128;
+  c.synthetic_samples = 1280;
+  c.optimizer = "sgd";
+  c.lr = 0.05f;
+  c.steps = 5;
+  train::Trainer whole(c, self());  // 1 x 128
+  whole.run();
+  c.accum = 4;  // 4 x 32
+  train::Trainer micro(c, self());
+  micro.run();
+  expect_same_parameters(values(whole), values(micro), 1e-5);
+  if (128 % (world().size() * 4) == 0) {  // and the same with data parallelism
+    train::Trainer ddp_micro(c, world());
+    ddp_micro.run();
+    expect_same_parameters(values(whole), values(ddp_micro), 1e-5);
+  }
+}
+
+TEST(DDP, FirstBucketIsReducedWhileBackwardStillRuns) {
+  auto c = small_config();
+  c.ddp.first_bucket_mb = c.ddp.bucket_mb = 4.0 * 32 * 33 / (1024 * 1024);  // about one layer per bucket
+  train::Trainer t(c, world());
+  const auto& buckets = t.ddp().buckets();
+  ASSERT_GE(buckets.size(), 3u);
+  EXPECT_EQ(buckets.front().parameters.front(), "layers.2.bias");  // the last layer's, ready first
+  t.step();
+  const auto& s = t.ddp().last_sync();
+  const std::size_t all = t.parameters().parameters().size();
+  ASSERT_FALSE(s.ready_at_launch.empty());
+  EXPECT_LT(s.ready_at_launch.front(), all) << "the first bucket must start before every gradient exists";
+  EXPECT_EQ(s.buckets_launched_during_backward, buckets.size());
+}
+
+TEST(DDP, BucketsCoverTheGradientsOnceInReverseOrderWithASmallFirstBucket) {
+  auto c = small_config();
+  c.dim = 512;  // 1 MiB per weight
+  c.ddp.first_bucket_mb = 1.0;
+  c.ddp.bucket_mb = 2.5;
+  c.synthetic_samples = 48;
+  c.teacher_layers = 1;
+  train::Trainer t(c, world());
+  const auto& buckets = t.ddp().buckets();
+  std::size_t covered = 0, end = t.parameters().numel();
+  for (std::size_t b = 0; b < buckets.size(); ++b) {
+    EXPECT_EQ(buckets[b].offset + buckets[b].numel, end) << "bucket " << b << " is not the next range down";
+    end = buckets[b].offset;
+    covered += buckets[b].numel;
+    const double mib = static_cast<double>(buckets[b].numel) * 4 / (1024 * 1024);
+    if (buckets[b].parameters.size() > 1) {
+      EXPECT_LE(mib, b == 0 ? 1.0 : 2.5) << "bucket " << b;
+    }
+  }
+  EXPECT_EQ(covered, t.parameters().numel());
+  EXPECT_EQ(end, 0u);
+}
+
+TEST(DDP, ReplicasThatDifferAreCaughtOnEveryRank) {
+  auto c = small_config();
+  train::Trainer t(c, world());
+  if (world().size() < 2) GTEST_SKIP() << "needs two replicas";
+  if (world().rank() == 1) {
+    auto& p = t.parameters().find("layers.1.weight");
+    auto h = Kokkos::create_mirror_view(p.value);
+    Kokkos::deep_copy(h, p.value);
+    h(3) += 1e-3f;
+    Kokkos::deep_copy(p.value, h);
+  }
+  EXPECT_THROW_WITH(t.ddp().verify_replicas_identical(), Error,
+                    "parameter 'layers.1.weight' does not hold the same values");
+}
+
+TEST(DDP, Bfloat16GradientsTrainCloseToFloat32) {
+  auto c = small_config();
+  c.optimizer = "sgd";
+  c.lr = 0.05f;
+  train::Trainer fp32(c, world());
+  fp32.run();
+  c.ddp.grad_dtype = DType::BFloat16;
+  train::Trainer bf16(c, world());
+  bf16.run();
+  const auto a = values(fp32), b = values(bf16);
+  expect_same_parameters(a, b, 2e-2);
+  if (world().size() > 1) {
+    EXPECT_NE(a, b) << "bf16 on the wire must round the gradients";
+  }
+}
+
+TEST(DDP, BadLayoutsAreConfigErrors) {
+  auto c = small_config();
+  c.global_batch = 25;
+  if (world().size() > 1 && 25 % world().size() != 0) {
+    EXPECT_THROW_WITH(train::Trainer(c, world()), ConfigError, "does not divide across");
+  }
+  c.global_batch = 24;
+  c.accum = 5;
+  EXPECT_THROW_WITH(train::Trainer(c, world()), ConfigError, "does not split into 5 micro-steps");
+}
+}  // namespace
