@@ -1,4 +1,3 @@
-#include <hdf5.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -16,22 +15,29 @@ void save_model(const std::string& path, const nn::ParameterStore& store, comm::
   std::string error;
   if (comm.rank() == 0) {
     const std::string tmp = path + ".tmp." + std::to_string(getpid());
+    const auto dir = std::filesystem::path(path).parent_path();
+    detail::QuietHdf5 quiet;
     try {
-      const hid_t file = TESSERA_CHECK_HDF5(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
-      const hid_t group = TESSERA_CHECK_HDF5(H5Gcreate2(file, "/model", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
-      for (const auto& p : store.parameters()) {
-        std::vector<hsize_t> dims(p.shape.begin(), p.shape.end());
-        const hid_t space = TESSERA_CHECK_HDF5(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr));
-        const hid_t ds = TESSERA_CHECK_HDF5(
-            H5Dcreate2(group, p.name.c_str(), H5T_IEEE_F32LE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
-        auto h = Kokkos::create_mirror_view(p.value);
-        Kokkos::deep_copy(h, p.value);
-        TESSERA_CHECK_HDF5(H5Dwrite(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, h.data()));
-        TESSERA_CHECK_HDF5(H5Dclose(ds));
-        TESSERA_CHECK_HDF5(H5Sclose(space));
+      if (!dir.empty() && !std::filesystem::is_directory(dir))
+        throw CheckpointError("the directory '" + dir.string() + "' does not exist");
+      {
+        detail::H5Handle file(TESSERA_CHECK_HDF5(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT)),
+                              H5Fclose);
+        detail::H5Handle group(
+            TESSERA_CHECK_HDF5(H5Gcreate2(file.get(), "/model", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)), H5Gclose);
+        for (const auto& p : store.parameters()) {
+          std::vector<hsize_t> dims(p.shape.begin(), p.shape.end());
+          detail::H5Handle space(
+              TESSERA_CHECK_HDF5(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr)), H5Sclose);
+          detail::H5Handle ds(TESSERA_CHECK_HDF5(H5Dcreate2(group.get(), p.name.c_str(), H5T_IEEE_F32LE, space.get(),
+                                                            H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)),
+                              H5Dclose);
+          auto h = Kokkos::create_mirror_view(p.value);
+          Kokkos::deep_copy(h, p.value);
+          TESSERA_CHECK_HDF5(H5Dwrite(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, h.data()));
+        }
+        TESSERA_CHECK_HDF5(H5Fflush(file.get(), H5F_SCOPE_GLOBAL));
       }
-      TESSERA_CHECK_HDF5(H5Gclose(group));
-      TESSERA_CHECK_HDF5(H5Fclose(file));
       std::filesystem::rename(tmp, path);
     } catch (const std::exception& e) {
       std::error_code ignore;
@@ -47,30 +53,23 @@ void save_model(const std::string& path, const nn::ParameterStore& store, comm::
 
 void load_model(const std::string& path, nn::ParameterStore& store) {
   if (!std::filesystem::exists(path)) throw CheckpointError("model file '" + path + "' does not exist");
-  const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
-  if (file < 0) throw CheckpointError("'" + path + "' is not a readable HDF5 file");
-  try {
-    for (auto& p : store.parameters()) {
-      const std::string name = "/model/" + p.name;
-      if (H5Lexists(file, "/model", H5P_DEFAULT) <= 0 || H5Lexists(file, name.c_str(), H5P_DEFAULT) <= 0)
-        throw CheckpointError("'" + path + "' has no " + name);
-      const hid_t ds = TESSERA_CHECK_HDF5(H5Dopen2(file, name.c_str(), H5P_DEFAULT));
-      const hid_t space = TESSERA_CHECK_HDF5(H5Dget_space(ds));
-      std::vector<hsize_t> dims(static_cast<std::size_t>(TESSERA_CHECK_HDF5(H5Sget_simple_extent_ndims(space))));
-      TESSERA_CHECK_HDF5(H5Sget_simple_extent_dims(space, dims.data(), nullptr));
-      const std::vector<hsize_t> want(p.shape.begin(), p.shape.end());
-      if (dims != want) throw CheckpointError("'" + path + "': " + name + " has another shape than the model's");
-      auto h = Kokkos::create_mirror_view(p.value);
-      TESSERA_CHECK_HDF5(H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, h.data()));
-      Kokkos::deep_copy(p.value, h);
-      H5Sclose(space);
-      H5Dclose(ds);
-    }
-  } catch (...) {
-    H5Fclose(file);
-    throw;
+  detail::QuietHdf5 quiet;
+  detail::H5Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+  if (!file.valid()) throw CheckpointError("'" + path + "' is not a readable HDF5 file");
+  for (auto& p : store.parameters()) {
+    const std::string name = "/model/" + p.name;
+    if (H5Lexists(file.get(), "/model", H5P_DEFAULT) <= 0 || H5Lexists(file.get(), name.c_str(), H5P_DEFAULT) <= 0)
+      throw CheckpointError("'" + path + "' has no " + name);
+    detail::H5Handle ds(TESSERA_CHECK_HDF5(H5Dopen2(file.get(), name.c_str(), H5P_DEFAULT)), H5Dclose);
+    detail::H5Handle space(TESSERA_CHECK_HDF5(H5Dget_space(ds.get())), H5Sclose);
+    std::vector<hsize_t> dims(static_cast<std::size_t>(TESSERA_CHECK_HDF5(H5Sget_simple_extent_ndims(space.get()))));
+    TESSERA_CHECK_HDF5(H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr));
+    const std::vector<hsize_t> want(p.shape.begin(), p.shape.end());
+    if (dims != want) throw CheckpointError("'" + path + "': " + name + " has another shape than the model's");
+    auto h = Kokkos::create_mirror_view(p.value);
+    TESSERA_CHECK_HDF5(H5Dread(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, h.data()));
+    Kokkos::deep_copy(p.value, h);
   }
-  H5Fclose(file);
 }
 
 }  // namespace tessera::checkpoint

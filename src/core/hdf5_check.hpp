@@ -2,7 +2,10 @@
 // Internal: checks an HDF5 call (negative herr_t/hid_t means failure) and throws
 // tessera::CheckpointError naming the call and place.
 
+#include <hdf5.h>
+
 #include <string>
+#include <utility>
 
 #include <tessera/core/error.hpp>
 
@@ -17,3 +20,51 @@
     }                                                                                                              \
     return tessera_h5_rc_;                                                                                         \
   }()
+
+namespace tessera::detail {
+
+/// Owns an HDF5 id and closes it with the matching function (H5Fclose, H5Dclose, ...).
+class H5Handle {
+ public:
+  H5Handle() = default;
+  H5Handle(hid_t id, herr_t (*close)(hid_t)) : id_(id), close_(close) {}
+  H5Handle(H5Handle&& o) noexcept : id_(std::exchange(o.id_, -1)), close_(o.close_) {}
+  H5Handle& operator=(H5Handle&& o) noexcept {
+    if (this != &o) {
+      reset();
+      id_ = std::exchange(o.id_, -1);
+      close_ = o.close_;
+    }
+    return *this;
+  }
+  ~H5Handle() { reset(); }
+  void reset() {
+    if (id_ >= 0 && close_ != nullptr) close_(id_);
+    id_ = -1;
+  }
+  hid_t get() const { return id_; }
+  bool valid() const { return id_ >= 0; }
+
+ private:
+  hid_t id_ = -1;
+  herr_t (*close_)(hid_t) = nullptr;
+};
+
+/// Silences HDF5's printing of its error stack while in scope: Tessera reports the failure
+/// itself, with the file and what to do.
+class QuietHdf5 {
+ public:
+  QuietHdf5() {
+    H5Eget_auto2(H5E_DEFAULT, &func_, &data_);
+    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  }
+  ~QuietHdf5() { H5Eset_auto2(H5E_DEFAULT, func_, data_); }
+  QuietHdf5(const QuietHdf5&) = delete;
+  QuietHdf5& operator=(const QuietHdf5&) = delete;
+
+ private:
+  H5E_auto2_t func_ = nullptr;
+  void* data_ = nullptr;
+};
+
+}  // namespace tessera::detail

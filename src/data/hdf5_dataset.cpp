@@ -1,7 +1,5 @@
 // An HDF5 dataset: /inputs [N, d_in] float32 with /targets [N, d_out] float32 or /labels [N]
 // int64. Each rank opens the file for reading on its own and reads only its rows.
-#include <hdf5.h>
-
 #include <algorithm>
 #include <filesystem>
 
@@ -13,35 +11,8 @@
 namespace tessera::data {
 namespace {
 
-/// Closes an HDF5 handle with the right function when it leaves scope.
-class Handle {
- public:
-  Handle(hid_t id, herr_t (*close)(hid_t)) : id_(id), close_(close) {}
-  ~Handle() {
-    if (id_ >= 0) close_(id_);
-  }
-  Handle(const Handle&) = delete;
-  Handle& operator=(const Handle&) = delete;
-  hid_t get() const { return id_; }
-
- private:
-  hid_t id_;
-  herr_t (*close_)(hid_t);
-};
-
-/// Turns off HDF5's automatic error printing while probing a file, so only our message shows.
-class QuietHdf5 {
- public:
-  QuietHdf5() {
-    H5Eget_auto2(H5E_DEFAULT, &func_, &data_);
-    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
-  }
-  ~QuietHdf5() { H5Eset_auto2(H5E_DEFAULT, func_, data_); }
-
- private:
-  H5E_auto2_t func_ = nullptr;
-  void* data_ = nullptr;
-};
+using tessera::detail::H5Handle;
+using tessera::detail::QuietHdf5;
 
 class Hdf5Dataset final : public Dataset {
  public:
@@ -54,44 +25,39 @@ class Hdf5Dataset final : public Dataset {
     if (!std::filesystem::exists(path)) throw ConfigError("dataset '" + path + "' does not exist");
     QuietHdf5 quiet;
     if (H5Fis_hdf5(path.c_str()) <= 0) throw bad("not an HDF5 file");
-    file_ = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
-    if (file_ < 0) throw bad("cannot be opened for reading");
-    if (H5Lexists(file_, "/inputs", H5P_DEFAULT) <= 0) throw bad("has no /inputs dataset");
-    inputs_ = H5Dopen2(file_, "/inputs", H5P_DEFAULT);
-    const auto in_shape = shape_of(inputs_);
+    file_ = H5Handle(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+    if (!file_.valid()) throw bad("cannot be opened for reading");
+    if (H5Lexists(file_.get(), "/inputs", H5P_DEFAULT) <= 0) throw bad("has no /inputs dataset");
+    inputs_ = H5Handle(H5Dopen2(file_.get(), "/inputs", H5P_DEFAULT), H5Dclose);
+    const auto in_shape = shape_of(inputs_.get());
     if (in_shape.size() != 2) throw bad("/inputs has rank " + std::to_string(in_shape.size()) + ", not 2");
-    if (!is_type(inputs_, H5T_NATIVE_FLOAT)) throw bad("/inputs is not float32");
+    if (!is_type(inputs_.get(), H5T_NATIVE_FLOAT)) throw bad("/inputs is not float32");
     rows_ = static_cast<std::int64_t>(in_shape[0]);
     input_dim_ = static_cast<std::size_t>(in_shape[1]);
-    const bool has_targets = H5Lexists(file_, "/targets", H5P_DEFAULT) > 0;
-    const bool has_labels = H5Lexists(file_, "/labels", H5P_DEFAULT) > 0;
+    const bool has_targets = H5Lexists(file_.get(), "/targets", H5P_DEFAULT) > 0;
+    const bool has_labels = H5Lexists(file_.get(), "/labels", H5P_DEFAULT) > 0;
     if (has_targets == has_labels)
       throw bad(has_targets ? "has both /targets and /labels" : "has neither /targets nor /labels");
     if (has_targets) {
-      targets_ = H5Dopen2(file_, "/targets", H5P_DEFAULT);
-      const auto t = shape_of(targets_);
+      targets_ = H5Handle(H5Dopen2(file_.get(), "/targets", H5P_DEFAULT), H5Dclose);
+      const auto t = shape_of(targets_.get());
       if (t.size() != 2 || static_cast<std::int64_t>(t[0]) != rows_)
         throw bad("/targets must be [" + std::to_string(rows_) + ", d_out]");
-      if (!is_type(targets_, H5T_NATIVE_FLOAT)) throw bad("/targets is not float32");
+      if (!is_type(targets_.get(), H5T_NATIVE_FLOAT)) throw bad("/targets is not float32");
       target_dim_ = static_cast<std::size_t>(t[1]);
     } else {
-      labels_ = H5Dopen2(file_, "/labels", H5P_DEFAULT);
-      const auto l = shape_of(labels_);
+      labels_ = H5Handle(H5Dopen2(file_.get(), "/labels", H5P_DEFAULT), H5Dclose);
+      const auto l = shape_of(labels_.get());
       if (l.size() != 1 || static_cast<std::int64_t>(l[0]) != rows_)
         throw bad("/labels must be [" + std::to_string(rows_) + "]");
-      if (!is_type(labels_, H5T_NATIVE_INT64)) throw bad("/labels is not int64");
+      if (!is_type(labels_.get(), H5T_NATIVE_INT64)) throw bad("/labels is not int64");
       std::vector<std::int64_t> all(static_cast<std::size_t>(rows_));
-      TESSERA_CHECK_HDF5(H5Dread(labels_, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, all.data()));
+      TESSERA_CHECK_HDF5(H5Dread(labels_.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, all.data()));
       const auto [lo, hi] = std::minmax_element(all.begin(), all.end());
       if (!all.empty() && *lo < 0) throw bad("/labels has a negative label (" + std::to_string(*lo) + ")");
       classes_ = all.empty() ? 0 : *hi + 1;
     }
     if (rows_ == 0) throw bad("has no samples");
-  }
-  ~Hdf5Dataset() override {
-    for (hid_t d : {inputs_, targets_, labels_})
-      if (d >= 0) H5Dclose(d);
-    if (file_ >= 0) H5Fclose(file_);
   }
 
   std::int64_t size() const noexcept override { return rows_; }
@@ -107,34 +73,34 @@ class Hdf5Dataset final : public Dataset {
   void load(const std::vector<std::int64_t>& indices, const View2D<float>& inputs, const View2D<float>& targets,
             const View1D<std::int64_t>& labels) override {
     auto in_h = Kokkos::create_mirror_view(inputs);
-    read_rows(inputs_, H5T_NATIVE_FLOAT, indices, input_dim_, in_h.data());
+    read_rows(inputs_.get(), H5T_NATIVE_FLOAT, indices, input_dim_, in_h.data());
     Kokkos::deep_copy(inputs, in_h);
     if (target_dim_ > 0) {
       auto t_h = Kokkos::create_mirror_view(targets);
-      read_rows(targets_, H5T_NATIVE_FLOAT, indices, target_dim_, t_h.data());
+      read_rows(targets_.get(), H5T_NATIVE_FLOAT, indices, target_dim_, t_h.data());
       Kokkos::deep_copy(targets, t_h);
     } else {
       auto l_h = Kokkos::create_mirror_view(labels);
-      read_rows(labels_, H5T_NATIVE_INT64, indices, 0, l_h.data());
+      read_rows(labels_.get(), H5T_NATIVE_INT64, indices, 0, l_h.data());
       Kokkos::deep_copy(labels, l_h);
     }
   }
 
  private:
   static std::vector<hsize_t> shape_of(hid_t dataset) {
-    Handle space(TESSERA_CHECK_HDF5(H5Dget_space(dataset)), H5Sclose);
+    H5Handle space(TESSERA_CHECK_HDF5(H5Dget_space(dataset)), H5Sclose);
     const int rank = TESSERA_CHECK_HDF5(H5Sget_simple_extent_ndims(space.get()));
     std::vector<hsize_t> dims(static_cast<std::size_t>(rank));
     TESSERA_CHECK_HDF5(H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr));
     return dims;
   }
   static bool is_type(hid_t dataset, hid_t native) {
-    Handle type(TESSERA_CHECK_HDF5(H5Dget_type(dataset)), H5Tclose);
+    H5Handle type(TESSERA_CHECK_HDF5(H5Dget_type(dataset)), H5Tclose);
     return TESSERA_CHECK_HDF5(H5Tequal(type.get(), native)) > 0;
   }
   /// Reads the given rows (any order) into consecutive rows of out, with one selection.
   void read_rows(hid_t dataset, hid_t type, const std::vector<std::int64_t>& rows, std::size_t cols, void* out) {
-    Handle file_space(TESSERA_CHECK_HDF5(H5Dget_space(dataset)), H5Sclose);
+    H5Handle file_space(TESSERA_CHECK_HDF5(H5Dget_space(dataset)), H5Sclose);
     // Points are read in selection order, so select them one row at a time in the order wanted.
     std::vector<hsize_t> coords;
     const std::size_t width = cols == 0 ? 1 : cols;
@@ -149,12 +115,13 @@ class Hdf5Dataset final : public Dataset {
     const hsize_t n = rows.size() * width;
     if (n == 0) return;
     TESSERA_CHECK_HDF5(H5Sselect_elements(file_space.get(), H5S_SELECT_SET, n, coords.data()));
-    Handle mem_space(TESSERA_CHECK_HDF5(H5Screate_simple(1, &n, nullptr)), H5Sclose);
+    H5Handle mem_space(TESSERA_CHECK_HDF5(H5Screate_simple(1, &n, nullptr)), H5Sclose);
     TESSERA_CHECK_HDF5(H5Dread(dataset, type, mem_space.get(), file_space.get(), H5P_DEFAULT, out));
   }
 
   std::string path_;
-  hid_t file_ = -1, inputs_ = -1, targets_ = -1, labels_ = -1;
+  // Declared in opening order so they close in reverse, also when the constructor throws.
+  H5Handle file_, inputs_, targets_, labels_;
   std::int64_t rows_ = 0, classes_ = 0;
   std::size_t input_dim_ = 0, target_dim_ = 0;
 };

@@ -1,0 +1,213 @@
+// Datasets, the distributed sampler and the model file, on one process.
+#include <gtest/gtest.h>
+#include <hdf5.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <vector>
+
+#include <tessera/checkpoint/model_file.hpp>
+#include <tessera/data/dataset.hpp>
+#include <tessera/nn/layers.hpp>
+#include <tessera/tessera.hpp>
+
+#include "test_support.hpp"
+
+namespace {
+using namespace tessera;
+
+TEST(Sampler, EveryRankCountCutsTheSameGlobalBatches) {
+  data::DistributedSampler one(1000, 24, 0, 1, 5);
+  std::vector<std::vector<std::int64_t>> global;
+  for (int b = 0; b < 50; ++b) global.push_back(one.next());  // crosses an epoch (41 batches)
+  for (int ranks : {2, 3, 4}) {
+    std::vector<data::DistributedSampler> s;
+    for (int r = 0; r < ranks; ++r) s.emplace_back(1000, 24, r, ranks, 5);
+    for (int b = 0; b < 50; ++b) {
+      std::vector<std::int64_t> joined;
+      for (auto& x : s) {
+        const auto& part = x.next();
+        EXPECT_EQ(part.size(), static_cast<std::size_t>(24 / ranks));
+        joined.insert(joined.end(), part.begin(), part.end());
+      }
+      ASSERT_EQ(joined, global[static_cast<std::size_t>(b)]) << ranks << " ranks, batch " << b;
+    }
+  }
+}
+
+TEST(Sampler, AnEpochVisitsEverySampleOnceInANewOrderEachEpoch) {
+  data::DistributedSampler s(96, 8, 0, 1, 1);
+  std::vector<std::int64_t> epoch0, epoch1;
+  for (int b = 0; b < 12; ++b) {
+    const auto& batch = s.next();
+    epoch0.insert(epoch0.end(), batch.begin(), batch.end());
+  }
+  for (int b = 0; b < 12; ++b) {
+    const auto& batch = s.next();
+    epoch1.insert(epoch1.end(), batch.begin(), batch.end());
+  }
+  EXPECT_EQ(std::set<std::int64_t>(epoch0.begin(), epoch0.end()).size(), 96u);
+  EXPECT_NE(epoch0, epoch1);
+  std::vector<std::int64_t> sorted = epoch0;
+  std::sort(sorted.begin(), sorted.end());
+  EXPECT_NE(sorted, epoch0) << "the order must be shuffled";
+}
+
+TEST(Sampler, RestoredStateContinuesWhereItLeftOff) {
+  data::DistributedSampler a(500, 10, 1, 2, 9);
+  for (int i = 0; i < 57; ++i) a.next();
+  const auto state = a.state();
+  const auto expected = a.next();
+  data::DistributedSampler b(500, 10, 1, 2, 9);
+  b.restore(state);
+  EXPECT_EQ(b.next(), expected);
+  EXPECT_THROW_WITH(b.restore({0, 999}), ConfigError, "out of range");
+  EXPECT_THROW_WITH(data::DistributedSampler(500, 10, 0, 3, 1), ConfigError, "does not divide across 3");
+  EXPECT_THROW_WITH(data::DistributedSampler(5, 10, 0, 1, 1), ConfigError, "fewer than one global batch");
+}
+
+TEST(TeacherStudent, SamplesDependOnlyOnTheirIndex) {
+  auto ds = data::make_teacher_student(64, 8, 2, 3);
+  View2D<float> x1("x1", 2, 8), t1("t1", 2, 8), x2("x2", 1, 8), t2("t2", 1, 8);
+  View1D<std::int64_t> none;
+  ds->load({5, 40}, x1, t1, none);
+  ds->load({40}, x2, t2, none);
+  for (std::size_t j = 0; j < 8; ++j) {
+    EXPECT_EQ(x1(1, j), x2(0, j));
+    EXPECT_EQ(t1(1, j), t2(0, j));
+  }
+  auto again = data::make_teacher_student(64, 8, 2, 3);
+  View2D<float> x3("x3", 1, 8), t3("t3", 1, 8);
+  again->load({5}, x3, t3, none);
+  EXPECT_EQ(x3(0, 7), x1(0, 7));
+  EXPECT_EQ(t3(0, 7), t1(0, 7));
+}
+
+/// Writes an HDF5 file with the given datasets (each a name, dims and float or int64 data).
+struct H5Writer {
+  hid_t file;
+  explicit H5Writer(const std::string& path) {
+    file = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  }
+  template <class T>
+  void add(const char* name, std::vector<hsize_t> dims, const std::vector<T>& v, hid_t type) {
+    hid_t space = H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr);
+    hid_t ds = H5Dcreate2(file, name, type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    H5Dwrite(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data());
+    H5Dclose(ds);
+    H5Sclose(space);
+  }
+  ~H5Writer() { H5Fclose(file); }
+};
+
+std::string temp(const std::string& name) { return (std::filesystem::temp_directory_path() / name).string(); }
+
+TEST(Hdf5Dataset, ReadsRequestedRowsOfTargetsAndLabels) {
+  const std::string reg = temp("tessera_reg.h5"), cls = temp("tessera_cls.h5");
+  std::vector<float> in(6 * 3), out(6 * 2);
+  for (std::size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>(i);
+  for (std::size_t i = 0; i < out.size(); ++i) out[i] = 100.0f + static_cast<float>(i);
+  {
+    H5Writer w(reg);
+    w.add("/inputs", {6, 3}, in, H5T_NATIVE_FLOAT);
+    w.add("/targets", {6, 2}, out, H5T_NATIVE_FLOAT);
+  }
+  {
+    H5Writer w(cls);
+    w.add("/inputs", {6, 3}, in, H5T_NATIVE_FLOAT);
+    w.add("/labels", {6}, std::vector<std::int64_t>{0, 2, 1, 2, 0, 1}, H5T_NATIVE_INT64);
+  }
+  auto r = data::open_hdf5(reg);
+  EXPECT_EQ(r->size(), 6);
+  EXPECT_EQ(r->input_dim(), 3u);
+  EXPECT_EQ(r->target_dim(), 2u);
+  View2D<float> x("x", 2, 3), t("t", 2, 2);
+  View1D<std::int64_t> l("l", 2);
+  r->load({4, 1}, x, t, l);
+  EXPECT_EQ(x(0, 0), 12.0f);  // row 4
+  EXPECT_EQ(x(1, 2), 5.0f);   // row 1
+  EXPECT_EQ(t(0, 1), 109.0f);
+  auto c = data::open_hdf5(cls);
+  EXPECT_TRUE(c->has_labels());
+  EXPECT_EQ(c->classes(), 3);
+  c->load({3, 2}, x, t, l);
+  EXPECT_EQ(l(0), 2);
+  EXPECT_EQ(l(1), 1);
+}
+
+TEST(Hdf5Dataset, MalformedFilesAreClearErrors) {
+  const std::string f = temp("tessera_bad.h5");
+  std::vector<float> in(12, 1.0f);
+  auto expect = [&](const std::string& needle) { EXPECT_THROW_WITH(data::open_hdf5(f), ConfigError, needle); };
+  EXPECT_THROW_WITH(data::open_hdf5(temp("tessera_missing.h5")), ConfigError, "does not exist");
+  { std::ofstream(f) << "not hdf5"; }
+  expect("not an HDF5 file");
+  {
+    H5Writer w(f);
+    w.add("/targets", {4, 3}, in, H5T_NATIVE_FLOAT);
+  }
+  expect("has no /inputs dataset");
+  {
+    H5Writer w(f);
+    w.add("/inputs", {4, 3}, std::vector<double>(12), H5T_NATIVE_DOUBLE);
+    w.add("/targets", {4, 3}, in, H5T_NATIVE_FLOAT);
+  }
+  expect("/inputs is not float32");
+  {
+    H5Writer w(f);
+    w.add("/inputs", {4, 3}, in, H5T_NATIVE_FLOAT);
+  }
+  expect("has neither /targets nor /labels");
+  {
+    H5Writer w(f);
+    w.add("/inputs", {4, 3}, in, H5T_NATIVE_FLOAT);
+    w.add("/targets", {3, 3}, std::vector<float>(9), H5T_NATIVE_FLOAT);
+  }
+  expect("/targets must be [4, d_out]");
+  {
+    H5Writer w(f);
+    w.add("/inputs", {4, 3}, in, H5T_NATIVE_FLOAT);
+    w.add("/labels", {4}, std::vector<std::int64_t>{0, -1, 1, 0}, H5T_NATIVE_INT64);
+  }
+  expect("negative label");
+}
+
+TEST(ModelFile, SavesEveryParameterInItsGlobalShapeAndLoadsBack) {
+  auto comm = comm::Communicator::create(comm::Backend::Mpi);
+  nn::ParameterStore a;
+  nn::MLP mlp(a, 2, 5);
+  a.initialize(11);
+  const std::string path = temp("tessera_model.h5");
+  std::filesystem::remove(path);
+  checkpoint::save_model(path, a, *comm);
+  // Read the layout with HDF5 directly, not through Tessera.
+  hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  ASSERT_GE(file, 0);
+  hid_t ds = H5Dopen2(file, "/model/layers.1.weight", H5P_DEFAULT);
+  ASSERT_GE(ds, 0);
+  hid_t space = H5Dget_space(ds);
+  hsize_t dims[2] = {0, 0};
+  EXPECT_EQ(H5Sget_simple_extent_ndims(space), 2);
+  H5Sget_simple_extent_dims(space, dims, nullptr);
+  EXPECT_EQ(dims[0], 5u);
+  EXPECT_EQ(dims[1], 5u);
+  std::vector<float> w(25);
+  H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, w.data());
+  EXPECT_EQ(w[7], a.find("layers.1.weight").value(7));
+  H5Sclose(space);
+  H5Dclose(ds);
+  H5Fclose(file);
+  nn::ParameterStore b;
+  nn::MLP other(b, 2, 5);
+  b.initialize(12);
+  checkpoint::load_model(path, b);
+  EXPECT_EQ(b.find("layers.0.bias").value(3), a.find("layers.0.bias").value(3));
+  nn::ParameterStore wrong;
+  nn::MLP wide(wrong, 2, 6);
+  wrong.initialize(1);
+  EXPECT_THROW_WITH(checkpoint::load_model(path, wrong), CheckpointError, "has another shape");
+  EXPECT_THROW_WITH(checkpoint::save_model(temp("no_such_dir/x.h5"), a, *comm), CheckpointError, "could not write");
+}
+}  // namespace
