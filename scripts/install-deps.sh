@@ -13,6 +13,7 @@ packages=(
   libcli11-dev nlohmann-json3-dev            # command lines, JSON
   libspdlog-dev libfmt-dev                   # logging
   libgtest-dev libbenchmark-dev              # tests, benchmarks
+  python3-h5py python3-sklearn               # the dataset example and its test
 )
 
 missing=()

@@ -49,7 +49,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 1 << 30));
   app.add_option("--train.seed", c.seed, "seed of initial values and data order")->capture_default_str();
   app.add_option("--optim.name", c.optimizer, "adamw or sgd")->capture_default_str();
-  app.add_option("--optim.lr", lr, "learning rate (default: adamw 1e-3, sgd 0.01)")->check(CLI::Range(1, 1 << 30));
+  app.add_option("--optim.lr", lr, "learning rate (default: adamw 1e-3, sgd 0.01)")->check(CLI::Range(1e-12, 1e3));
   app.add_option("--optim.momentum", c.momentum, "sgd momentum")->capture_default_str()->check(CLI::NonNegativeNumber);
   app.add_option("--data.source", c.data, "synthetic, or an HDF5 file (see docs/training.md)")->capture_default_str();
   app.add_option("--data.samples", c.synthetic_samples, "samples in the synthetic task")
