@@ -27,10 +27,9 @@ View2D<float> Linear::forward(const View2D<const float>& x) {
   if (bias_ != nullptr) {
     auto y = y_;
     auto b = bias_->value;
-    const std::size_t out = out_;
     Kokkos::parallel_for(
-        "tessera::linear::bias", Kokkos::RangePolicy<>(0, batch * out),
-        KOKKOS_LAMBDA(std::size_t k) { y(k / out, k % out) += b(k % out); });
+        "tessera::linear::bias", Kokkos::MDRangePolicy<Kokkos::Rank<2>>({0, 0}, {batch, out_}),
+        KOKKOS_LAMBDA(std::size_t i, std::size_t j) { y(i, j) += b(j); });
   }
   return y_;
 }
@@ -41,13 +40,12 @@ View2D<float> Linear::backward(const View2D<const float>& dy) {
   kernels::gemm(Trans::Yes, Trans::No, 1.0f, dy, x_, 1.0f, weight_->grad2d());
   grad_ready(*weight_);
   if (bias_ != nullptr) {
-    auto db = bias_->grad;
-    Kokkos::parallel_for(
-        "tessera::linear::dbias", Kokkos::RangePolicy<>(0, out_), KOKKOS_LAMBDA(std::size_t j) {
-          float s = 0;
-          for (std::size_t i = 0; i < batch; ++i) s += dy(i, j);
-          db(j) += s;
-        });
+    // db += dy^T 1: a GEMV through the GEMM path, reading dy row by row.
+    if (ones_.extent(0) != batch) {
+      ones_ = View2D<float>("tessera::linear::ones", batch, 1);
+      Kokkos::deep_copy(ones_, 1.0f);
+    }
+    kernels::gemm(Trans::Yes, Trans::No, 1.0f, dy, ones_, 1.0f, View2D<float>(bias_->grad.data(), bias_->numel, 1));
     grad_ready(*bias_);
   }
   // dx = dy W, computed after the gradients are handed over so their communication overlaps it.
@@ -59,12 +57,16 @@ View2D<float> Linear::backward(const View2D<const float>& dy) {
 View2D<float> GELU::forward(const View2D<const float>& x) {
   x_ = x;
   ensure_shape(y_, x.extent(0), x.extent(1), "tessera::gelu::y");
+  ensure_shape(cdf_, x.extent(0), x.extent(1), "tessera::gelu::cdf");
   auto y = y_;
-  const std::size_t cols = x.extent(1);
+  auto cdf = cdf_;
   Kokkos::parallel_for(
-      "tessera::gelu", Kokkos::RangePolicy<>(0, x.extent(0) * cols), KOKKOS_LAMBDA(std::size_t k) {
-        const float v = x(k / cols, k % cols);
-        y(k / cols, k % cols) = 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
+      "tessera::gelu", Kokkos::MDRangePolicy<Kokkos::Rank<2>>({0, 0}, {x.extent(0), x.extent(1)}),
+      KOKKOS_LAMBDA(std::size_t i, std::size_t j) {
+        const float v = x(i, j);
+        const float c = 0.5f * (1.0f + erff(v * 0.70710678118654752f));
+        cdf(i, j) = c;  // kept for backward, which then needs no erf
+        y(i, j) = v * c;
       });
   return y_;
 }
@@ -73,14 +75,13 @@ View2D<float> GELU::backward(const View2D<const float>& dy) {
   ensure_shape(dx_, x_.extent(0), x_.extent(1), "tessera::gelu::dx");
   auto dx = dx_;
   auto x = x_;
-  const std::size_t cols = x.extent(1);
+  auto cdf = cdf_;
   Kokkos::parallel_for(
-      "tessera::gelu::backward", Kokkos::RangePolicy<>(0, x.extent(0) * cols), KOKKOS_LAMBDA(std::size_t k) {
-        const std::size_t i = k / cols, j = k % cols;
+      "tessera::gelu::backward", Kokkos::MDRangePolicy<Kokkos::Rank<2>>({0, 0}, {x.extent(0), x.extent(1)}),
+      KOKKOS_LAMBDA(std::size_t i, std::size_t j) {
         const float v = x(i, j);
-        const float cdf = 0.5f * (1.0f + erff(v * 0.70710678118654752f));
         const float pdf = 0.39894228040143268f * expf(-0.5f * v * v);
-        dx(i, j) = dy(i, j) * (cdf + v * pdf);
+        dx(i, j) = dy(i, j) * (cdf(i, j) + v * pdf);
       });
   return dx_;
 }

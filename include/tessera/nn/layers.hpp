@@ -25,7 +25,7 @@ class Linear final : public Module {
   Parameter* weight_;
   Parameter* bias_ = nullptr;
   View2D<const float> x_;
-  View2D<float> y_, dx_;
+  View2D<float> y_, dx_, ones_;
 };
 
 /// GELU in its exact (erf) form: 0.5 x (1 + erf(x / sqrt 2)).
@@ -36,7 +36,7 @@ class GELU final : public Module {
 
  private:
   View2D<const float> x_;
-  View2D<float> y_, dx_;
+  View2D<float> y_, dx_, cdf_;
 };
 
 /// `layers` Linear(dim, dim) layers named "layers.<i>.weight"/"layers.<i>.bias", each

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Tessera's DDP beside PyTorch's DDP (Gloo) on the same model, batch and optimizer, in one
+# run: 2 ranks, MLP 8 x 1024, global batch 128, AdamW. Goal: Tessera >= 1.5 x PyTorch's
+# steps per second. Needs Debian's python3-torch. JSON in perf/results/.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/../scripts/env.sh"
+out="$TESSERA_ROOT/perf/results"
+mkdir -p "$out"
+if ! /usr/bin/python3 -c "import torch" 2>/dev/null; then
+  echo "compare_pytorch.sh: PyTorch is missing; install it with: apt-get install python3-torch" >&2
+  exit 2
+fi
+export OPENBLAS_NUM_THREADS=1  # one thread per rank on both sides
+mpiexec -n 2 "${MPIEXEC_FLAGS[@]}" -x OPENBLAS_NUM_THREADS "$BUILD_DIR/perf/tessera-bench-ddp" --layers 8 --dim 1024 \
+    --batch 128 --steps 20 --json "$out/ddp_tessera.json"
+/usr/bin/python3 "$TESSERA_ROOT/perf/pytorch_ddp.py" --ranks 2 --layers 8 --dim 1024 --batch 128 --steps 20 \
+    --json "$out/ddp_pytorch.json"
+/usr/bin/python3 - "$out/ddp_tessera.json" "$out/ddp_pytorch.json" <<'PY'
+import json, sys
+t, p = (json.load(open(f)) for f in sys.argv[1:3])
+ratio = t["steps_per_s"] / p["steps_per_s"]
+print(f"Tessera {t['steps_per_s']:.2f} steps/s, PyTorch {p['steps_per_s']:.2f} steps/s: Tessera / PyTorch = {ratio:.2f}"
+      f" (goal >= 1.5)")
+PY

@@ -1,0 +1,92 @@
+"""PyTorch DDP over Gloo on the model and task of tessera-bench-ddp: an MLP of L Linear(d, d)
+layers with GELU between them, MSE against a fixed random teacher of the same shape, AdamW
+with PyTorch's defaults, a global batch cut across the ranks. Prints and writes steps/s.
+
+Usage: /usr/bin/python3 perf/pytorch_ddp.py --ranks 2 --layers 8 --dim 1024 --batch 128 --json out.json
+(Debian's python3-torch; one CPU thread per rank, like one Tessera rank per core.)
+"""
+import argparse
+import json
+import os
+import socket
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import torch.nn as nn
+
+
+def mlp(layers, dim):
+    mods = []
+    for i in range(layers):
+        mods.append(nn.Linear(dim, dim))
+        if i + 1 < layers:
+            mods.append(nn.GELU())  # exact erf form, as Tessera's
+    return nn.Sequential(*mods)
+
+
+def worker(rank, args, port, results):
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    torch.set_num_threads(args.threads)
+    dist.init_process_group("gloo", rank=rank, world_size=args.ranks)
+    torch.manual_seed(args.seed)
+    model = mlp(args.layers, args.dim)
+    teacher = mlp(args.layers, args.dim).requires_grad_(False)
+    ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=25)
+    opt = torch.optim.AdamW(ddp.parameters(), lr=1e-3)
+    local = args.batch // args.ranks
+    gen = torch.Generator().manual_seed(args.seed)
+    pool_x = torch.randn(max(8 * args.batch, 1024), args.dim, generator=gen)
+    with torch.no_grad():
+        pool_y = teacher(pool_x)
+    times = []
+    for step in range(args.warmup + args.steps):
+        dist.barrier()
+        t0 = time.perf_counter()
+        start = (step * args.batch + rank * local) % (pool_x.shape[0] - local)
+        x, y = pool_x[start:start + local], pool_y[start:start + local]
+        opt.zero_grad(set_to_none=False)
+        loss = nn.functional.mse_loss(ddp(x), y)
+        loss.backward()
+        opt.step()
+        if step >= args.warmup:
+            times.append(time.perf_counter() - t0)
+    median = torch.tensor([statistics.median(times)])
+    dist.all_reduce(median, op=dist.ReduceOp.MAX)
+    if rank == 0:
+        results.put(median.item())
+    dist.destroy_process_group()
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--ranks", type=int, default=2)
+    p.add_argument("--layers", type=int, default=8)
+    p.add_argument("--dim", type=int, default=1024)
+    p.add_argument("--batch", type=int, default=128)
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json")
+    args = p.parse_args()
+    with socket.socket() as s:  # a free loopback port for the rendezvous
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    results = mp.get_context("spawn").SimpleQueue()
+    mp.spawn(worker, args=(args, port, results), nprocs=args.ranks, join=True)
+    step = results.get()
+    out = {"framework": f"pytorch {torch.__version__}", "backend": "gloo", "ranks": args.ranks, "layers": args.layers,
+           "dim": args.dim, "global_batch": args.batch, "median_step_s": step, "steps_per_s": 1 / step}
+    print(f"pytorch {torch.__version__} DDP (gloo), {args.ranks} ranks, MLP {args.layers} x {args.dim}, "
+          f"batch {args.batch}: median step {step * 1e3:.2f} ms, {1 / step:.2f} steps/s")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
