@@ -42,6 +42,9 @@ int main(int argc, char** argv) {
   app.add_option("--bucket-mb", c.ddp.bucket_mb, "DDP bucket size (MiB)")->capture_default_str();
   app.add_option("--grad-dtype", grad_dtype, "fp32 or bf16")->capture_default_str();
   app.add_option("--backend", backend, "mpi or gloo")->capture_default_str();
+  app.add_option("--overlap-optimizer", c.overlap_optimizer,
+                 "update each bucket as soon as it is reduced (true) or after all communication (false)")
+      ->capture_default_str();
   app.add_option("--steps", steps, "timed steps")->capture_default_str()->check(CLI::Range(1, 100000));
   app.add_option("--warmup", warmup, "untimed steps first")->capture_default_str()->check(CLI::Range(0, 100000));
   app.add_option("--json", json_path, "write the results as JSON");
@@ -88,9 +91,11 @@ int main(int argc, char** argv) {
     MPI_Allreduce(MPI_IN_PLACE, med, 7, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     const double compute_step = med[0] - med[5];  // the step without loading data
     if (session.rank() == 0) {
-      std::printf("# tessera-bench-ddp: %d ranks (%s), MLP %zu x %zu, global batch %lld, %s, grads %s, %d steps\n",
+      std::printf("# tessera-bench-ddp: %d ranks (%s), MLP %zu x %zu, global batch %lld, %s%s, grads %s, %d steps\n",
                   comm->size(), comm::backend_name(comm->backend()), c.layers, c.dim,
-                  static_cast<long long>(c.global_batch), c.optimizer.c_str(), dtype_name(c.ddp.grad_dtype), steps);
+                  static_cast<long long>(c.global_batch), c.optimizer.c_str(),
+                  c.overlap_optimizer ? " overlapped with communication" : " after communication",
+                  dtype_name(c.ddp.grad_dtype), steps);
       std::printf("  median step        %9.2f ms  (%.1f steps/s, %.0f samples/s)\n", med[0] * 1e3, 1 / med[0],
                   static_cast<double>(c.global_batch) / med[0]);
       std::printf("    forward          %9.2f ms\n    backward         %9.2f ms  (communication overlapped)\n",

@@ -51,6 +51,9 @@ int main(int argc, char** argv) {
   app.add_option("--optim.name", c.optimizer, "adamw or sgd")->capture_default_str();
   app.add_option("--optim.lr", lr, "learning rate (default: adamw 1e-3, sgd 0.01)")->check(CLI::Range(1e-12, 1e3));
   app.add_option("--optim.momentum", c.momentum, "sgd momentum")->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--train.overlap_optimizer", c.overlap_optimizer,
+                 "update each gradient bucket as soon as it is reduced (true) or all at the end (false)")
+      ->capture_default_str();
   app.add_option("--data.source", c.data, "synthetic, or an HDF5 file (see docs/training.md)")->capture_default_str();
   app.add_option("--data.samples", c.synthetic_samples, "samples in the synthetic task")
       ->capture_default_str()
@@ -110,6 +113,8 @@ int main(int argc, char** argv) {
                                   {"forward_s", m.forward_s},
                                   {"backward_s", m.backward_s},
                                   {"optimizer_s", m.optimizer_s},
+                                  {"data_s",
+                                   m.step_time_s - m.forward_s - m.backward_s - m.comm_exposed_s - m.optimizer_s},
                                   {"model_state_bytes", m.model_state_bytes}}
                        .dump()
                 << "\n";

@@ -20,14 +20,16 @@ SGD::SGD(View1D<float> params, View1D<float> grads, SGDOptions options)
   if (options.momentum > 0) momentum_ = View1D<float>("tessera::sgd::momentum", params.size());
 }
 
-void SGD::step() {
+void SGD::begin_step() { ++t_; }
+
+void SGD::update(std::size_t offset, std::size_t count) {
   auto p = params_;
   auto g = grads_;
   auto b = momentum_;
   const float lr = options_.lr, mu = options_.momentum, wd = options_.weight_decay;
-  const bool use_momentum = mu > 0, first = first_;
+  const bool use_momentum = mu > 0, first = t_ == 1;
   Kokkos::parallel_for(
-      "tessera::sgd", Kokkos::RangePolicy<>(0, p.size()), KOKKOS_LAMBDA(std::size_t i) {
+      "tessera::sgd", Kokkos::RangePolicy<>(offset, offset + count), KOKKOS_LAMBDA(std::size_t i) {
         float d = g(i) + wd * p(i);
         if (use_momentum) {
           d = first ? d : mu * b(i) + d;
@@ -35,7 +37,6 @@ void SGD::step() {
         }
         p(i) -= lr * d;
       });
-  first_ = false;
 }
 
 AdamW::AdamW(View1D<float> params, View1D<float> grads, AdamWOptions options)
@@ -48,19 +49,24 @@ AdamW::AdamW(View1D<float> params, View1D<float> grads, AdamWOptions options)
   v_ = View1D<float>("tessera::adamw::v", params.size());
 }
 
-void AdamW::step() {
+void AdamW::begin_step() {
   ++t_;
+  const double c1 = 1.0 - std::pow(static_cast<double>(options_.beta1), static_cast<double>(t_));
+  const double c2 = 1.0 - std::pow(static_cast<double>(options_.beta2), static_cast<double>(t_));
+  step_size_ = static_cast<float>(options_.lr / c1);
+  inv_sqrt_c2_ = static_cast<float>(1.0 / std::sqrt(c2));
+}
+
+void AdamW::update(std::size_t offset, std::size_t count) {
   auto p = params_;
   auto g = grads_;
   auto m = m_;
   auto v = v_;
-  const float lr = options_.lr, b1 = options_.beta1, b2 = options_.beta2, eps = options_.eps;
+  const float b1 = options_.beta1, b2 = options_.beta2, eps = options_.eps;
   const float decay = 1.0f - options_.lr * options_.weight_decay;
-  const float c1 = 1.0f - static_cast<float>(std::pow(static_cast<double>(b1), static_cast<double>(t_)));
-  const float c2 = 1.0f - static_cast<float>(std::pow(static_cast<double>(b2), static_cast<double>(t_)));
-  const float step_size = lr / c1, inv_sqrt_c2 = 1.0f / std::sqrt(c2);
+  const float step_size = step_size_, inv_sqrt_c2 = inv_sqrt_c2_;
   Kokkos::parallel_for(
-      "tessera::adamw", Kokkos::RangePolicy<>(0, p.size()), KOKKOS_LAMBDA(std::size_t i) {
+      "tessera::adamw", Kokkos::RangePolicy<>(offset, offset + count), KOKKOS_LAMBDA(std::size_t i) {
         const float gi = g(i);
         const float mi = b1 * m(i) + (1.0f - b1) * gi;
         const float vi = b2 * v(i) + (1.0f - b2) * gi * gi;

@@ -110,23 +110,31 @@ void DistributedDataParallel::launch(std::size_t b) {
   }
 }
 
-void DistributedDataParallel::finish_gradient_sync() {
+void DistributedDataParallel::finish_gradient_sync(const std::function<void(std::size_t, std::size_t)>& on_bucket) {
   const auto start = std::chrono::steady_clock::now();
   for (std::size_t b = 0; b < buckets_.size(); ++b)
     if (!launched_[b]) launch(b);  // e.g. parameters unused in this step's graph
+  double callbacks = 0;
   for (std::size_t b = 0; b < buckets_.size(); ++b) {
     work_[b].wait();
+    const auto& bucket = buckets_[b];
     if (options_.grad_dtype == DType::BFloat16) {
-      const auto& bucket = buckets_[b];
       View1D<float> grads(store_.grads().data() + bucket.offset, bucket.numel);
       auto wire = wire_[b];
       Kokkos::parallel_for(
           "tessera::ddp::from_bf16", Kokkos::RangePolicy<>(0, bucket.numel),
           KOKKOS_LAMBDA(std::size_t i) { grads(i) = static_cast<float>(wire(i)); });
     }
+    if (on_bucket) {
+      const auto t = std::chrono::steady_clock::now();
+      on_bucket(bucket.offset, bucket.numel);
+      Kokkos::fence();
+      callbacks += std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+    }
   }
   in_step_ = false;
-  stats_.exposed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  stats_.on_bucket_s = callbacks;
+  stats_.exposed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() - callbacks;
 }
 
 }  // namespace tessera::parallel

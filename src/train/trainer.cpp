@@ -116,12 +116,19 @@ StepMetrics Trainer::step() {
     Kokkos::fence();
     m.backward_s += since(t);
   }
-  ddp_->finish_gradient_sync();
+  if (config_.overlap_optimizer) {
+    // Each bucket is updated as soon as its reduction completes, while later buckets travel.
+    optimizer_->begin_step();
+    ddp_->finish_gradient_sync([this](std::size_t offset, std::size_t count) { optimizer_->update(offset, count); });
+    m.optimizer_s = ddp_->last_sync().on_bucket_s;
+  } else {
+    ddp_->finish_gradient_sync();
+    const auto t = Clock::now();
+    optimizer_->step();
+    Kokkos::fence();
+    m.optimizer_s = since(t);
+  }
   m.comm_exposed_s = ddp_->last_sync().exposed_s;
-  auto t = Clock::now();
-  optimizer_->step();
-  Kokkos::fence();
-  m.optimizer_s = since(t);
 
   double loss = loss_sum / static_cast<double>(config_.accum);
   comm_.all_reduce({&loss, 1}, comm::ReduceOp::Avg);

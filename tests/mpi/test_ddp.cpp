@@ -68,6 +68,18 @@ TEST(DDP, SGDMatchesTheSingleProcessRunOnTheSameGlobalBatch) {
   EXPECT_GT(moved, 1e-3);
 }
 
+TEST(DDP, OptimizerOverlappedWithCommunicationGivesTheSameParameters) {
+  auto c = small_config();
+  c.ddp.first_bucket_mb = c.ddp.bucket_mb = 4.0 * 32 * 33 / (1024 * 1024);  // several buckets
+  c.overlap_optimizer = false;
+  train::Trainer after(c, world());
+  after.run();
+  c.overlap_optimizer = true;
+  train::Trainer overlapped(c, world());
+  overlapped.run();
+  EXPECT_EQ(values(after), values(overlapped));
+}
+
 TEST(DDP, AdamWPerStepLossesMatchTheSingleProcessRun) {
   auto c = small_config();
   train::Trainer reference(c, self());

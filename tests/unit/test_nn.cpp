@@ -256,4 +256,30 @@ TEST(Optimizers, AdamWFollowsTorchRuleAndDefaults) {
   EXPECT_EQ(adam.state_bytes(), 2 * 2 * sizeof(float));
   EXPECT_THROW_WITH(optim::AdamW(p, g, {1e-3f, 1.0f, 0.999f, 1e-8f, 0.01f}), ConfigError, "betas in [0, 1)");
 }
+TEST(Optimizers, UpdatingRangesInAnyOrderEqualsOneWholeStep) {
+  const std::size_t n = 1000;
+  for (int which = 0; which < 2; ++which) {
+    View1D<float> p1("p1", n), g("g", n), p2("p2", n);
+    for (std::size_t i = 0; i < n; ++i) {
+      p1(i) = p2(i) = std::sin(static_cast<float>(i));
+      g(i) = std::cos(static_cast<float>(i) * 0.7f);
+    }
+    std::unique_ptr<optim::Optimizer> whole, ranged;
+    if (which == 0) {
+      whole = std::make_unique<optim::AdamW>(p1, g);
+      ranged = std::make_unique<optim::AdamW>(p2, g);
+    } else {
+      whole = std::make_unique<optim::SGD>(p1, g, optim::SGDOptions{0.1f, 0.9f, 0.0f});
+      ranged = std::make_unique<optim::SGD>(p2, g, optim::SGDOptions{0.1f, 0.9f, 0.0f});
+    }
+    for (int step = 0; step < 3; ++step) {
+      whole->step();
+      ranged->begin_step();
+      ranged->update(700, 300);  // reverse order, uneven ranges, like gradient buckets
+      ranged->update(100, 600);
+      ranged->update(0, 100);
+    }
+    for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(p1(i), p2(i)) << ranged->name() << " element " << i;
+  }
+}
 }  // namespace

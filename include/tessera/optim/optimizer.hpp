@@ -15,7 +15,17 @@ class Optimizer {
  public:
   virtual ~Optimizer() = default;
   /// One update of `params` from `grads` (views of equal length given at construction).
-  virtual void step() = 0;
+  void step() {
+    begin_step();
+    update(0, size());
+  }
+  /// Starts a step (advances step counters); then update() must cover every element once.
+  virtual void begin_step() = 0;
+  /// Applies the current step to elements [offset, offset + count). The rules are
+  /// element-wise, so ranges may be updated in any order, e.g. each gradient bucket as soon
+  /// as its reduction completes.
+  virtual void update(std::size_t offset, std::size_t count) = 0;
+  virtual std::size_t size() const noexcept = 0;
   virtual float lr() const noexcept = 0;
   virtual void set_lr(float lr) = 0;
   /// Bytes of optimizer state this rank holds.
@@ -34,7 +44,9 @@ struct SGDOptions {
 class SGD final : public Optimizer {
  public:
   SGD(View1D<float> params, View1D<float> grads, SGDOptions options = {});
-  void step() override;
+  void begin_step() override;
+  void update(std::size_t offset, std::size_t count) override;
+  std::size_t size() const noexcept override { return params_.size(); }
   float lr() const noexcept override { return options_.lr; }
   void set_lr(float lr) override { options_.lr = lr; }
   std::size_t state_bytes() const noexcept override { return momentum_.size() * sizeof(float); }
@@ -43,7 +55,7 @@ class SGD final : public Optimizer {
  private:
   View1D<float> params_, grads_, momentum_;
   SGDOptions options_;
-  bool first_ = true;
+  std::int64_t t_ = 0;
 };
 
 struct AdamWOptions {
@@ -59,7 +71,9 @@ struct AdamWOptions {
 class AdamW final : public Optimizer {
  public:
   AdamW(View1D<float> params, View1D<float> grads, AdamWOptions options = {});
-  void step() override;
+  void begin_step() override;
+  void update(std::size_t offset, std::size_t count) override;
+  std::size_t size() const noexcept override { return params_.size(); }
   float lr() const noexcept override { return options_.lr; }
   void set_lr(float lr) override { options_.lr = lr; }
   std::size_t state_bytes() const noexcept override { return 2 * m_.size() * sizeof(float); }
@@ -70,6 +84,7 @@ class AdamW final : public Optimizer {
   View1D<float> params_, grads_, m_, v_;
   AdamWOptions options_;
   std::int64_t t_ = 0;
+  float step_size_ = 0, inv_sqrt_c2_ = 1;  // bias corrections of the current step
 };
 
 }  // namespace tessera::optim

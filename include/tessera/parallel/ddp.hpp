@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <unordered_map>
 #include <vector>
@@ -30,7 +31,8 @@ struct GradientBucket {
 
 /// What happened to the gradients of one step (for metrics and tests).
 struct SyncStats {
-  double exposed_s = 0;  ///< time finish_gradient_sync() waited for communication
+  double exposed_s = 0;    ///< time finish_gradient_sync() waited for communication
+  double on_bucket_s = 0;  ///< time spent in its on_bucket callbacks
   /// For each bucket, in launch order: how many of the model's gradients were ready when it
   /// was launched (fewer than all means it overlapped the rest of backward).
   std::vector<std::size_t> ready_at_launch;
@@ -51,8 +53,11 @@ class DistributedDataParallel {
   /// Call before the backward pass of a step that synchronises.
   void begin_step();
   /// Launches any bucket not yet launched, waits for all, and leaves every gradient averaged
-  /// across ranks. Only the time spent waiting counts as exposed communication.
-  void finish_gradient_sync();
+  /// across ranks. `on_bucket(offset, count)`, if given, runs as soon as each bucket's
+  /// gradients are final (in launch order) while later buckets still travel: an element-wise
+  /// optimizer update there overlaps the rest of the communication. Only the time spent
+  /// waiting, not in on_bucket, counts as exposed communication.
+  void finish_gradient_sync(const std::function<void(std::size_t, std::size_t)>& on_bucket = {});
 
   const std::vector<GradientBucket>& buckets() const noexcept { return buckets_; }
   const SyncStats& last_sync() const noexcept { return stats_; }

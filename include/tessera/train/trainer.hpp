@@ -34,6 +34,9 @@ struct TrainConfig {
   std::int64_t synthetic_samples = 4096;
   std::size_t teacher_layers = 0;  ///< synthetic task's teacher depth; 0: as deep as the model
   parallel::DDPOptions ddp;
+  /// Update each gradient bucket's parameters as soon as its reduction completes, overlapping
+  /// the optimizer with the remaining communication (off: one update after all of it).
+  bool overlap_optimizer = true;
 
   /// Throws ConfigError for values no run can use (before any communication).
   void validate() const;
