@@ -45,6 +45,7 @@ struct Op {
   int root = 0;
   int peer = 0;
   int tag = 0;
+  bool check = false;          // compare ops across ranks first (frozen when the op is issued)
   std::uint64_t seq = 0;       // per-communicator number of this op (all ops)
   std::uint64_t coll_seq = 0;  // number among collectives (what ranks must agree on)
 };
@@ -81,6 +82,8 @@ class PendingTransfer {
   virtual ~PendingTransfer() = default;
   /// Blocks until the transfer completes; throws DeadlineExceeded or CommError.
   virtual void wait(const Deadline& deadline) = 0;
+  /// Returns at once: true when the transfer has completed (throws if it failed).
+  virtual bool test() = 0;
 };
 
 /// A backend: moves data for ops whose dtype it handles natively, in the memory it accepts.
@@ -90,8 +93,9 @@ class Backend {
   virtual comm::Backend kind() const noexcept = 0;
   /// The MPI communicator that defines this backend's members and ranks.
   virtual MPI_Comm group() const noexcept = 0;
-  /// True when the front end must confirm every rank arrived before execute(), because the
-  /// backend's call cannot itself time out.
+  /// True when the front end must confirm every rank arrived before every collective,
+  /// because the backend's call cannot itself time out. It must not depend on per-rank
+  /// settings: every rank has to make the same choice.
   virtual bool needs_arrival_fence() const noexcept = 0;
   virtual bool accepts_device_memory() const noexcept = 0;
   virtual bool requires_device_memory() const noexcept { return false; }
@@ -102,7 +106,7 @@ class Backend {
   virtual void execute(const Op& op, const Deadline& deadline) = 0;
   /// Posts a send or recv without waiting for it (so that two ranks can each post a send
   /// and then a receive without deadlock).
-  virtual std::unique_ptr<PendingTransfer> post(const Op& op) = 0;
+  virtual std::unique_ptr<PendingTransfer> post(const Op& op, const Deadline& deadline) = 0;
   /// A backend of the same kind over `group` (takes ownership of it).
   virtual std::unique_ptr<Backend> make_child(MPI_Comm group, const CommOptions& options) = 0;
   /// Called once after a failure, so the backend can release what a stuck op holds.

@@ -74,7 +74,11 @@ CommOptions CommOptions::from_env() {
     if (end == t || *end != '\0' || !std::isfinite(seconds) || seconds < 0)
       throw ConfigError(std::string("TESSERA_COMM_TIMEOUT='") + t +
                         "' is not a number of seconds >= 0 (0 disables the timeout)");
-    options.timeout = std::chrono::milliseconds(static_cast<long long>(std::llround(seconds * 1000)));
+    if (seconds > 3.0e7)
+      throw ConfigError(std::string("TESSERA_COMM_TIMEOUT='") + t + "' is more than a year; use 0 to wait forever");
+    // Any positive value is at least a millisecond: a tiny timeout must not mean "none".
+    const auto ms = static_cast<long long>(std::llround(seconds * 1000));
+    options.timeout = std::chrono::milliseconds(seconds > 0 ? std::max(ms, 1LL) : 0LL);
   }
   if (const char* c = std::getenv("TESSERA_COMM_CHECK"); c != nullptr && *c != '\0') {
     const std::string v = lower(c);

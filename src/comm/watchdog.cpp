@@ -2,6 +2,7 @@
 
 #include <tessera/core/session.hpp>
 
+#include <atomic>
 #include <cstring>
 
 #include "comm/backend.hpp"
@@ -14,11 +15,14 @@ constexpr int kQueryTag = 7001;
 constexpr int kReplyTag = 7002;
 
 struct Reply {
+  std::uint64_t query_id;
   std::uint64_t collectives_issued;
   std::uint8_t member;
   std::uint8_t last_op;
   std::uint8_t pad[6];
 };
+
+std::atomic<std::uint64_t> g_next_query{1};
 
 std::mutex g_instance_mutex;
 Watchdog* g_instance = nullptr;
@@ -80,10 +84,11 @@ void Watchdog::loop() {
         MPI_Status status;
         TESSERA_CHECK_MPI(MPI_Iprobe(MPI_ANY_SOURCE, kQueryTag, control_, &flag, &status));
         if (!flag) break;
-        std::uint64_t comm_id = 0;
-        TESSERA_CHECK_MPI(
-            MPI_Recv(&comm_id, 1, MPI_UINT64_T, status.MPI_SOURCE, kQueryTag, control_, MPI_STATUS_IGNORE));
+        Query q{};
+        TESSERA_CHECK_MPI(MPI_Recv(&q, sizeof q, MPI_BYTE, status.MPI_SOURCE, kQueryTag, control_, MPI_STATUS_IGNORE));
+        const std::uint64_t comm_id = q.comm_id;
         Reply reply{};
+        reply.query_id = q.query_id;
         {
           std::lock_guard<std::mutex> l(registry_mutex_);
           auto it = registry_.find(comm_id);
@@ -107,21 +112,21 @@ void Watchdog::loop() {
 std::vector<PeerStatus> Watchdog::query(std::uint64_t comm_id, const std::vector<int>& ranks,
                                         std::chrono::milliseconds wait) {
   std::lock_guard<std::mutex> lock(query_mutex_);
+  const Query query{comm_id, g_next_query.fetch_add(1)};
   std::vector<PeerStatus> result;
-  std::vector<Reply> replies(ranks.size());
+  std::vector<Reply> replies;
   std::vector<MPI_Request> sends, recvs;
-  std::vector<std::size_t> index;
-  for (std::size_t i = 0; i < ranks.size(); ++i) {
-    if (ranks[i] == world_rank_) continue;
+  replies.reserve(ranks.size());
+  for (int peer : ranks) {
+    if (peer == world_rank_) continue;
     PeerStatus s;
-    s.world_rank = ranks[i];
+    s.world_rank = peer;
     result.push_back(s);
-    index.push_back(i);
-    MPI_Request sreq, rreq;
-    TESSERA_CHECK_MPI(MPI_Irecv(&replies[i], sizeof(Reply), MPI_BYTE, ranks[i], kReplyTag, control_, &rreq));
-    TESSERA_CHECK_MPI(MPI_Isend(&comm_id, 1, MPI_UINT64_T, ranks[i], kQueryTag, control_, &sreq));
-    sends.push_back(sreq);
-    recvs.push_back(rreq);
+    replies.push_back({});
+    recvs.push_back(MPI_REQUEST_NULL);
+    sends.push_back(MPI_REQUEST_NULL);
+    TESSERA_CHECK_MPI(MPI_Irecv(&replies.back(), sizeof(Reply), MPI_BYTE, peer, kReplyTag, control_, &recvs.back()));
+    TESSERA_CHECK_MPI(MPI_Isend(&query, sizeof query, MPI_BYTE, peer, kQueryTag, control_, &sends.back()));
   }
   const auto deadline = Clock::now() + wait;
   std::size_t pending = recvs.size();
@@ -130,28 +135,38 @@ std::vector<PeerStatus> Watchdog::query(std::uint64_t comm_id, const std::vector
       if (recvs[k] == MPI_REQUEST_NULL) continue;
       int flag = 0;
       TESSERA_CHECK_MPI(MPI_Test(&recvs[k], &flag, MPI_STATUS_IGNORE));
-      if (flag) {
-        const Reply& r = replies[index[k]];
-        result[k].responded = true;
-        result[k].member = r.member != 0;
-        result[k].collectives_issued = r.collectives_issued;
-        result[k].last_op = r.last_op;
-        --pending;
+      if (!flag) continue;
+      const Reply& r = replies[k];
+      if (r.query_id != query.query_id) {  // a late answer to an earlier query: listen again
+        TESSERA_CHECK_MPI(
+            MPI_Irecv(&replies[k], sizeof(Reply), MPI_BYTE, result[k].world_rank, kReplyTag, control_, &recvs[k]));
+        continue;
       }
+      result[k].responded = true;
+      result[k].member = r.member != 0;
+      result[k].collectives_issued = r.collectives_issued;
+      result[k].last_op = r.last_op;
+      --pending;
     }
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
-  // Peers that never answered keep their requests; cancel the receives, and let the sends
-  // go (a dead peer's are dropped with the job).
+  // Receives from peers that never answered are cancelled, and completed before their
+  // buffers go. A send a dead peer never took keeps its buffer: it is kept for the process.
   for (auto& r : recvs) {
-    if (r != MPI_REQUEST_NULL) {
-      MPI_Cancel(&r);
-      MPI_Request_free(&r);
+    if (r == MPI_REQUEST_NULL) continue;
+    MPI_Cancel(&r);
+    MPI_Wait(&r, MPI_STATUS_IGNORE);
+  }
+  bool unsent = false;
+  for (auto& s : sends) {
+    int done = 0;
+    if (s != MPI_REQUEST_NULL) MPI_Test(&s, &done, MPI_STATUS_IGNORE);
+    if (s != MPI_REQUEST_NULL && !done) {
+      MPI_Request_free(&s);
+      unsent = true;
     }
   }
-  for (auto& s : sends) {
-    if (s != MPI_REQUEST_NULL) MPI_Request_free(&s);
-  }
+  if (unsent) abandoned_.push_back(query);
   return result;
 }
 

@@ -10,12 +10,19 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <thread>
 #include <vector>
 
 namespace tessera::comm::detail {
+
+/// A status question to a peer's watchdog.
+struct Query {
+  std::uint64_t comm_id;
+  std::uint64_t query_id;  // echoed, so a late answer to an abandoned query is recognised
+};
 
 /// Progress counters of one communicator on this rank, read by the watchdog thread.
 struct Progress {
@@ -54,7 +61,8 @@ class Watchdog {
   int world_rank_ = 0;
   std::mutex registry_mutex_;
   std::map<std::uint64_t, const Progress*> registry_;
-  std::mutex query_mutex_;  // one outgoing query at a time per process
+  std::mutex query_mutex_;       // one outgoing query at a time per process
+  std::deque<Query> abandoned_;  // send buffers of queries a peer never received
   std::mutex stop_mutex_;
   std::condition_variable stop_cv_;
   bool stopping_ = false;

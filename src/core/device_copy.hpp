@@ -7,6 +7,10 @@
 
 namespace tessera::detail {
 
+/// The calling thread's CUDA device, or -1 when CUDA is absent or unusable.
+int current_device() noexcept;
+/// Makes `device` the calling thread's CUDA device (background threads start on device 0).
+void set_device(int device);
 void copy_device_to_host(void* host, const void* device, std::size_t bytes);
 void copy_host_to_device(void* device, const void* host, std::size_t bytes);
 

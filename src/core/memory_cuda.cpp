@@ -19,6 +19,15 @@ MemoryKind memory_kind_of(const void* ptr) noexcept {
 }
 
 namespace detail {
+int current_device() noexcept {
+  int device = -1;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    cudaGetLastError();
+    return -1;
+  }
+  return device;
+}
+void set_device(int device) { TESSERA_CHECK_CUDA(cudaSetDevice(device)); }
 void copy_device_to_host(void* host, const void* device, std::size_t bytes) {
   TESSERA_CHECK_CUDA(cudaMemcpy(host, device, bytes, cudaMemcpyDeviceToHost));
 }

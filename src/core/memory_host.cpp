@@ -10,6 +10,8 @@ namespace tessera {
 MemoryKind memory_kind_of(const void*) noexcept { return MemoryKind::Host; }
 
 namespace detail {
+int current_device() noexcept { return -1; }
+void set_device(int) {}
 void copy_device_to_host(void*, const void*, std::size_t) {
   throw NotCompiledError(
       "device memory needs CUDA, which is not compiled in; rebuild with "

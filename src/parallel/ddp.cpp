@@ -87,6 +87,9 @@ void DistributedDataParallel::on_grad_ready(nn::Parameter& p) {
   if (!sync_ || !in_step_) return;
   ++ready_;
   const std::size_t b = bucket_of_.at(&p);
+  if (pending_[b] == 0)
+    throw Error("DistributedDataParallel: the gradient of '" + p.name +
+                "' was reported twice in one backward pass (shared parameters are not supported yet)");
   if (--pending_[b] == 0) {
     launch(b);
     ++stats_.buckets_launched_during_backward;
@@ -106,11 +109,18 @@ void DistributedDataParallel::launch(std::size_t b) {
     Kokkos::fence();
     work_[b] = comm_.all_reduce_async(wire, comm::ReduceOp::Avg);
   } else {
+    // The gradients come from kernels that may still be running (on a GPU, asynchronously);
+    // the backend reads the buffer from another thread or stream.
+    Kokkos::fence();
     work_[b] = comm_.all_reduce_async(grads, comm::ReduceOp::Avg);
   }
 }
 
 void DistributedDataParallel::finish_gradient_sync(const std::function<void(std::size_t, std::size_t)>& on_bucket) {
+  if (!in_step_)
+    throw Error(
+        "DistributedDataParallel::finish_gradient_sync without begin_step() before backward; the "
+        "gradients would not be averaged");
   const auto start = std::chrono::steady_clock::now();
   for (std::size_t b = 0; b < buckets_.size(); ++b)
     if (!launched_[b]) launch(b);  // e.g. parameters unused in this step's graph

@@ -121,4 +121,26 @@ TEST(Async, SendAndRecvPostedBothWaysDoNotDeadlock) {
   coll.wait();
   EXPECT_EQ(in[n - 1], peer);
 }
+// A valid exchange that needs transfers to complete out of posting order: rank 0 waits
+// for its later send while its earlier receive is only matched after a barrier.
+TEST(Async, TransfersCompleteInAnyOrder) {
+  auto& c = world();
+  if (c.size() < 2) GTEST_SKIP() << "needs two ranks";
+  int in = -1, out = 7, a = 0, b = 5;
+  if (c.rank() == 0) {
+    auto r = c.recv_async({&in, 1}, 1, 0);
+    auto s = c.send_async({&out, 1}, 1, 1);
+    s.wait();
+    c.barrier();
+    r.wait();
+    EXPECT_EQ(in, 5);
+  } else if (c.rank() == 1) {
+    c.recv({&a, 1}, 0, 1);
+    c.barrier();
+    c.send({&b, 1}, 0, 0);
+    EXPECT_EQ(a, 7);
+  } else {
+    c.barrier();
+  }
+}
 }  // namespace

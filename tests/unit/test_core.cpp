@@ -105,6 +105,10 @@ TEST(Options, FromEnvironmentAndBadValues) {
                     "TESSERA_COMM_TIMEOUT='ten' is not a number of seconds");
   setenv("TESSERA_COMM_TIMEOUT", "-1", 1);
   EXPECT_THROW_WITH(comm::CommOptions::from_env(), ConfigError, "TESSERA_COMM_TIMEOUT='-1'");
+  setenv("TESSERA_COMM_TIMEOUT", "0.0001", 1);
+  EXPECT_EQ(comm::CommOptions::from_env().timeout.count(), 1) << "a tiny timeout must not mean none";
+  setenv("TESSERA_COMM_TIMEOUT", "1e12", 1);
+  EXPECT_THROW_WITH(comm::CommOptions::from_env(), ConfigError, "is more than a year");
   setenv("TESSERA_COMM_TIMEOUT", "0", 1);
   setenv("TESSERA_COMM_CHECK", "maybe", 1);
   EXPECT_THROW_WITH(comm::CommOptions::from_env(), ConfigError, "TESSERA_COMM_CHECK='maybe' must be 0 or 1");

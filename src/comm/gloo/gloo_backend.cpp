@@ -19,6 +19,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <future>
 #include <mutex>
 #include <vector>
 
@@ -118,21 +119,38 @@ ReduceFn reduce_function(ReduceOp op) {
   throw CommError("the gloo backend got reduce op avg, which the front end should have rewritten");
 }
 
+/// Gloo's unbound buffers can only be waited for (a timed-out wait poisons the context), so
+/// each transfer is waited for on a thread of its own and test() asks that thread.
 struct GlooTransfer final : PendingTransfer {
   std::unique_ptr<gloo::transport::UnboundBuffer> buffer;
   bool send = true;
-  void wait(const Deadline& deadline) override {
-    try {
-      if (send)
-        buffer->waitSend(deadline.remaining());
-      else
-        buffer->waitRecv(deadline.remaining());
-    } catch (const gloo::IoException& e) {
-      if (deadline.expired() || std::strstr(e.what(), "Timed out") != nullptr)
-        throw DeadlineExceeded{send ? "in gloo send, waiting for the receiver"
-                                    : "in gloo recv, waiting for the sender"};
-      throw CommError(std::string("gloo ") + (send ? "send" : "recv") + " failed: " + e.what(), __FILE__, __LINE__);
-    }
+  std::future<void> done;
+
+  void start(std::chrono::milliseconds timeout) {
+    done = std::async(std::launch::async, [this, timeout] {
+      try {
+        if (send)
+          buffer->waitSend(timeout);
+        else
+          buffer->waitRecv(timeout);
+      } catch (const gloo::IoException& e) {
+        if (std::strstr(e.what(), "Timed out") != nullptr)
+          throw DeadlineExceeded{send ? "in gloo send, waiting for the receiver"
+                                      : "in gloo recv, waiting for the sender"};
+        throw CommError(std::string("gloo ") + (send ? "send" : "recv") + " failed: " + e.what(), __FILE__, __LINE__);
+      } catch (const gloo::Exception& e) {
+        throw CommError(std::string("gloo ") + (send ? "send" : "recv") + " failed: " + e.what(), __FILE__, __LINE__);
+      }
+    });
+  }
+  void wait(const Deadline&) override { done.get(); }  // the helper applies the deadline
+  bool test() override {
+    if (done.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return false;
+    done.get();
+    return true;
+  }
+  ~GlooTransfer() override {
+    if (done.valid()) done.wait();
   }
 };
 
@@ -164,7 +182,7 @@ class GlooBackend final : public Backend {
   }
   std::shared_ptr<gloo::Context> context() const { return context_; }
 
-  std::unique_ptr<PendingTransfer> post(const Op& op) override {
+  std::unique_ptr<PendingTransfer> post(const Op& op, const Deadline& deadline) override {
     auto pending = std::make_unique<GlooTransfer>();
     pending->send = op.type == OpType::Send;
     const std::size_t bytes = op.count * dtype_size(op.dtype);
@@ -175,6 +193,7 @@ class GlooBackend final : public Backend {
         pending->buffer->send(op.peer, slot);
       else
         pending->buffer->recv(op.peer, slot);
+      pending->start(deadline.remaining());
     } catch (const gloo::Exception& e) {
       throw CommError(std::string("gloo ") + op_name(op.type) + " failed: " + e.what(), __FILE__, __LINE__);
     }

@@ -41,13 +41,19 @@ struct MpiTransfer final : PendingTransfer {
   MPI_Request request = MPI_REQUEST_NULL;
   const char* what = "";
   void wait(const Deadline& deadline) override { wait_mpi(request, deadline, what); }
+  bool test() override {
+    int done = 0;
+    TESSERA_CHECK_MPI(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
+    return done != 0;
+  }
   ~MpiTransfer() override {
-    // A transfer abandoned after a timeout must not match a later message.
+    // A transfer abandoned after a timeout must not match a later message, nor write into
+    // its buffer after this: cancel it and wait for the cancellation (or the completion).
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (request != MPI_REQUEST_NULL && !finalized) {
       MPI_Cancel(&request);
-      MPI_Request_free(&request);
+      MPI_Wait(&request, MPI_STATUS_IGNORE);
     }
   }
 };
@@ -76,8 +82,7 @@ class MpiBackend final : public Backend {
 
   void execute(const Op& op, const Deadline& deadline) override {
     const MPI_Datatype type = mpi_datatype(op.dtype);
-    const int n = mpi_count(op.count, op);
-    mpi_count(op.count * static_cast<std::size_t>(size_), op);
+    const int n = mpi_count(op.count, op);  // MPI takes per-rank counts only
     void* send = op.send.data;
     void* recv = op.recv.data;
     const bool root = rank_ == op.root;
@@ -133,7 +138,7 @@ class MpiBackend final : public Backend {
     }
   }
 
-  std::unique_ptr<PendingTransfer> post(const Op& op) override {
+  std::unique_ptr<PendingTransfer> post(const Op& op, const Deadline&) override {
     auto pending = std::make_unique<MpiTransfer>();
     const int n = mpi_count(op.count, op);
     if (op.type == OpType::Send) {

@@ -81,6 +81,12 @@ struct NcclTransfer final : PendingTransfer {
   ncclComm_t comm = nullptr;
   const char* what = "";
   void wait(const Deadline& deadline) override { wait_event(event, comm, deadline, what); }
+  bool test() override {
+    const cudaError_t rc = cudaEventQuery(event);
+    if (rc == cudaErrorNotReady) return false;
+    TESSERA_CHECK_CUDA(rc);
+    return true;
+  }
   ~NcclTransfer() override {
     if (event != nullptr) cudaEventDestroy(event);
   }
@@ -211,7 +217,7 @@ class NcclBackend final : public Backend {
     wait_event(done_, nccl_, deadline, "waiting for the NCCL kernel");
   }
 
-  std::unique_ptr<PendingTransfer> post(const Op& op) override {
+  std::unique_ptr<PendingTransfer> post(const Op& op, const Deadline&) override {
     auto pending = std::make_unique<NcclTransfer>();
     pending->comm = nccl_;
     TESSERA_CHECK_CUDA(cudaEventCreateWithFlags(&pending->event, cudaEventDisableTiming));
