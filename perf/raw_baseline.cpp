@@ -26,7 +26,7 @@ namespace {
 
 class MpiRaw final : public RawBaseline {
  public:
-  MpiRaw(comm::Communicator& c, MPI_Comm world) : size_(c.size()) {
+  explicit MpiRaw(MPI_Comm world) {
     // The benchmark's communicators span MPI_COMM_WORLD.
     MPI_Comm_dup(world, &comm_);
   }
@@ -53,12 +53,10 @@ class MpiRaw final : public RawBaseline {
       MPI_Reduce(s, r, c, t, o, 0, comm_);
     else
       MPI_Alltoall(s, c, t, r, c, t, comm_);
-    (void)size_;
   }
 
  private:
   MPI_Comm comm_;
-  int size_;
 };
 
 #if TESSERA_HAVE_GLOO
@@ -144,7 +142,7 @@ class GlooRaw final : public RawBaseline {
 #if TESSERA_HAVE_NCCL
 class NcclRaw final : public RawBaseline {
  public:
-  explicit NcclRaw(comm::Communicator& c) : h_(comm::detail::nccl_handles(c)), size_(c.size()) {}
+  explicit NcclRaw(comm::Communicator& c) : h_(comm::detail::nccl_handles(c)) {}
   bool supports(const std::string& op, DType, comm::ReduceOp) const override {
     return op == "all_reduce" || op == "all_gather" || op == "reduce_scatter" || op == "broadcast" || op == "reduce";
   }
@@ -171,12 +169,10 @@ class NcclRaw final : public RawBaseline {
     else
       ncclReduce(s, r, n, t, o, 0, h_.comm, h_.stream);
     cudaStreamSynchronize(h_.stream);
-    (void)size_;
   }
 
  private:
   comm::detail::NcclHandles h_;
-  int size_;
 };
 #endif
 
@@ -193,7 +189,7 @@ std::unique_ptr<RawBaseline> RawBaseline::make(comm::Communicator& c, MPI_Comm w
       return std::make_unique<NcclRaw>(c);
 #endif
     default:
-      return std::make_unique<MpiRaw>(c, world);
+      return std::make_unique<MpiRaw>(world);
   }
 }
 

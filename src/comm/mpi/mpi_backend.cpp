@@ -62,7 +62,6 @@ class MpiBackend final : public Backend {
  public:
   explicit MpiBackend(MPI_Comm group) : comm_(group) {
     TESSERA_CHECK_MPI(MPI_Comm_rank(comm_, &rank_));
-    TESSERA_CHECK_MPI(MPI_Comm_size(comm_, &size_));
     cuda_aware_ = Session::current().cuda_aware_mpi();
   }
   ~MpiBackend() override {
@@ -154,7 +153,6 @@ class MpiBackend final : public Backend {
  private:
   MPI_Comm comm_;
   int rank_ = 0;
-  int size_ = 1;
   bool cuda_aware_ = false;
   std::vector<char> scratch_;
 };
