@@ -1,6 +1,7 @@
 // tessera-bench-ddp: where the time of a data-parallel training step goes (forward,
 // backward, exposed communication, optimizer), and how the step compares with its GEMMs
-// alone, timed in the same run on every rank at once.
+// alone and with the floor of GEMMs + optimizer + all-reduces each run alone, all timed in
+// the same run on every rank at once.
 //
 //   mpiexec -n 2 tessera-bench-ddp [--layers 8] [--dim 1024] [--batch 128] [--steps 30] --json FILE
 
@@ -16,6 +17,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <memory>
 #include <vector>
 
 #include "../apps/common/app_main.hpp"
@@ -57,7 +59,7 @@ int main(int argc, char** argv) {
     c.validate();
     auto comm = comm::Communicator::create(comm::parse_backend(backend));
     train::Trainer trainer(c, *comm);
-    std::vector<double> step, fwd, bwd, exposed, opt, data;
+    std::vector<double> step, fwd, bwd, exposed, opt, other;
     for (int s = 0; s < warmup + steps; ++s) {
       const auto m = trainer.step();
       if (s < warmup) continue;
@@ -66,30 +68,79 @@ int main(int argc, char** argv) {
       bwd.push_back(m.backward_s);
       exposed.push_back(m.comm_exposed_s);
       opt.push_back(m.optimizer_s);
-      data.push_back(m.step_time_s - m.forward_s - m.backward_s - m.comm_exposed_s - m.optimizer_s);
+      other.push_back(m.step_time_s - m.forward_s - m.backward_s - m.comm_exposed_s - m.optimizer_s);
     }
     // The same GEMMs the step runs (forward y = x W^T, backward dW += dy^T x, dx = dy W for
-    // every layer), on every rank at once as in training, with nothing else.
+    // every layer), on operands of the same shapes and count (every layer its own weight,
+    // gradient and activations, so nothing stays in cache that would not in training), on
+    // every rank at once as in training, with nothing else.
     const auto b = static_cast<std::size_t>(c.global_batch / comm->size() / c.accum);
-    View2D<float> x("x", b, c.dim), y("y", b, c.dim), w("w", c.dim, c.dim), dw("dw", c.dim, c.dim);
-    Kokkos::deep_copy(x, 0.5f);
-    Kokkos::deep_copy(w, 0.01f);
-    std::vector<double> gemm;
+    std::vector<View2D<float>> acts, ws, dws;
+    for (std::size_t l = 0; l <= c.layers; ++l) {
+      acts.emplace_back("x", b, c.dim);
+      Kokkos::deep_copy(acts.back(), 0.5f);
+      if (l == c.layers) break;
+      ws.emplace_back("w", c.dim, c.dim);
+      dws.emplace_back("dw", c.dim, c.dim);
+      Kokkos::deep_copy(ws.back(), 0.01f);
+    }
+    View2D<float> dy("dy", b, c.dim), dx("dx", b, c.dim);
+    Kokkos::deep_copy(dy, 0.01f);
+    std::vector<double> gemm, gemm_fwd;
     for (int s = 0; s < warmup + steps; ++s) {
       MPI_Barrier(MPI_COMM_WORLD);
       const auto t0 = std::chrono::steady_clock::now();
-      for (std::size_t l = 0; l < c.layers; ++l) {
-        kernels::gemm(kernels::Trans::No, kernels::Trans::Yes, 1.0f, x, w, 0.0f, y);
-        kernels::gemm(kernels::Trans::Yes, kernels::Trans::No, 1.0f, y, x, 1.0f, dw);
-        kernels::gemm(kernels::Trans::No, kernels::Trans::No, 1.0f, y, w, 0.0f, x);
+      for (std::size_t l = 0; l < c.layers; ++l)
+        kernels::gemm(kernels::Trans::No, kernels::Trans::Yes, 1.0f, acts[l], ws[l], 0.0f, acts[l + 1]);
+      Kokkos::fence();
+      const auto t1 = std::chrono::steady_clock::now();
+      for (std::size_t l = c.layers; l-- > 0;) {
+        kernels::gemm(kernels::Trans::Yes, kernels::Trans::No, 1.0f, dy, acts[l], 1.0f, dws[l]);
+        kernels::gemm(kernels::Trans::No, kernels::Trans::No, 1.0f, dy, ws[l], 0.0f, dx);
       }
       Kokkos::fence();
-      if (s >= warmup) gemm.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      if (s < warmup) continue;
+      gemm.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      gemm_fwd.push_back(std::chrono::duration<double>(t1 - t0).count());
     }
+    acts.clear();
+    ws.clear();
+    dws.clear();
+
+    // The two other things a step cannot skip, each alone on every rank at once: the
+    // optimizer's update of every parameter, and the gradient buckets' all-reduces.
+    const std::size_t numel = trainer.parameters().numel();
+    View1D<float> values("values", numel), grads("grads", numel);
+    Kokkos::deep_copy(values, 0.5f);
+    Kokkos::deep_copy(grads, 0.01f);
+    std::unique_ptr<optim::Optimizer> optimizer;
+    if (c.optimizer == "sgd")
+      optimizer = std::make_unique<optim::SGD>(values, grads, optim::SGDOptions{});
+    else
+      optimizer = std::make_unique<optim::AdamW>(values, grads, optim::AdamWOptions{});
+    std::vector<double> opt_alone, comm_alone;
+    for (int s = 0; s < warmup + steps; ++s) {
+      MPI_Barrier(MPI_COMM_WORLD);
+      auto t0 = std::chrono::steady_clock::now();
+      optimizer->step();
+      Kokkos::fence();
+      if (s >= warmup)
+        opt_alone.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      MPI_Barrier(MPI_COMM_WORLD);
+      t0 = std::chrono::steady_clock::now();
+      for (const auto& bucket : trainer.ddp().buckets())
+        comm->all_reduce(View1D<float>(grads.data() + bucket.offset, bucket.numel), comm::ReduceOp::Avg);
+      if (s >= warmup)
+        comm_alone.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+
     // Report the slowest rank's medians.
-    double med[7] = {median(step), median(fwd), median(bwd), median(exposed), median(opt), median(data), median(gemm)};
-    MPI_Allreduce(MPI_IN_PLACE, med, 7, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-    const double compute_step = med[0] - med[5];  // the step without loading data
+    double med[10] = {median(step),  median(fwd),  median(bwd),      median(exposed),   median(opt),
+                      median(other), median(gemm), median(gemm_fwd), median(opt_alone), median(comm_alone)};
+    MPI_Allreduce(MPI_IN_PLACE, med, 10, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    const double compute_step = med[0] - med[5];  // the step without zeroing, loading and the loss average
+    // No schedule on these cores can beat doing the three unavoidable parts back to back.
+    const double floor = med[6] + med[8] + med[9];
     if (session.rank() == 0) {
       std::printf("# tessera-bench-ddp: %d ranks (%s), MLP %zu x %zu, global batch %lld, %s%s, grads %s, %d steps\n",
                   comm->size(), comm::backend_name(comm->backend()), c.layers, c.dim,
@@ -98,12 +149,18 @@ int main(int argc, char** argv) {
                   dtype_name(c.ddp.grad_dtype), steps);
       std::printf("  median step        %9.2f ms  (%.1f steps/s, %.0f samples/s)\n", med[0] * 1e3, 1 / med[0],
                   static_cast<double>(c.global_batch) / med[0]);
-      std::printf("    forward          %9.2f ms\n    backward         %9.2f ms  (communication overlapped)\n",
-                  med[1] * 1e3, med[2] * 1e3);
+      std::printf("    forward          %9.2f ms  (its GEMMs alone: %.2f ms)\n", med[1] * 1e3, med[7] * 1e3);
+      std::printf("    backward         %9.2f ms  (its GEMMs alone: %.2f ms; communication overlapped)\n", med[2] * 1e3,
+                  (med[6] - med[7]) * 1e3);
       std::printf("    exposed comm     %9.2f ms  (%.1f%% of the step)\n", med[3] * 1e3, 100 * med[3] / med[0]);
-      std::printf("    optimizer        %9.2f ms\n    data loading     %9.2f ms\n", med[4] * 1e3, med[5] * 1e3);
-      std::printf("  GEMMs alone        %9.2f ms; step / GEMMs = %.3f (without data loading: %.3f)\n", med[6] * 1e3,
+      std::printf("    optimizer        %9.2f ms\n", med[4] * 1e3);
+      std::printf("    other            %9.2f ms  (zeroing gradients, loading the batch, averaging the loss)\n",
+                  med[5] * 1e3);
+      std::printf("  GEMMs alone        %9.2f ms; step / GEMMs = %.3f (without 'other': %.3f)\n", med[6] * 1e3,
                   med[0] / med[6], compute_step / med[6]);
+      std::printf("  optimizer alone    %9.2f ms; bucket all-reduces alone %.2f ms\n", med[8] * 1e3, med[9] * 1e3);
+      std::printf("  floor: GEMMs + optimizer + all-reduces back to back = %.2f ms = %.3f x GEMMs\n", floor * 1e3,
+                  floor / med[6]);
       if (!json_path.empty()) {
         char host[256] = {};
         gethostname(host, sizeof host - 1);
@@ -117,6 +174,7 @@ int main(int argc, char** argv) {
               {"backend", comm::backend_name(comm->backend())},
               {"grad_dtype", dtype_name(c.ddp.grad_dtype)},
               {"bucket_mb", c.ddp.bucket_mb},
+              {"overlap_optimizer", c.overlap_optimizer},
               {"steps", steps}}},
             {"median_s",
              {{"step", med[0]},
@@ -124,12 +182,16 @@ int main(int argc, char** argv) {
               {"backward", med[2]},
               {"comm_exposed", med[3]},
               {"optimizer", med[4]},
-              {"data", med[5]},
-              {"gemm_only", med[6]}}},
+              {"other", med[5]},
+              {"gemm_only", med[6]},
+              {"gemm_forward_only", med[7]},
+              {"optimizer_only", med[8]},
+              {"all_reduce_only", med[9]}}},
             {"steps_per_s", 1 / med[0]},
             {"exposed_fraction", med[3] / med[0]},
             {"step_over_gemm", med[0] / med[6]},
-            {"compute_step_over_gemm", compute_step / med[6]}};
+            {"compute_step_over_gemm", compute_step / med[6]},
+            {"floor_over_gemm", floor / med[6]}};
         std::ofstream(json_path) << out.dump(2) << "\n";
         std::printf("# results written to %s\n", json_path.c_str());
       }

@@ -3,10 +3,21 @@
 
 #include <cmath>
 
+#include "kernels/fast_math.hpp"
 #include "kernels/gemm.hpp"
 
 namespace tessera::nn {
 using kernels::Trans;
+
+namespace {
+/// The elements of a row-major matrix as one flat range, so elementwise kernels index
+/// them without a division (and vectorize). Every View2D here is unpadded.
+template <class T>
+Kokkos::View<T*, DeviceMemorySpace, Kokkos::MemoryUnmanaged> flat(const View2D<T>& m) {
+  if (!m.span_is_contiguous()) throw Error("internal: a padded matrix reached an elementwise kernel");
+  return Kokkos::View<T*, DeviceMemorySpace, Kokkos::MemoryUnmanaged>(m.data(), m.size());
+}
+}  // namespace
 
 Linear::Linear(ParameterStore& store, const std::string& name, std::size_t in, std::size_t out, bool bias)
     : in_(in), out_(out) {
@@ -58,30 +69,34 @@ View2D<float> GELU::forward(const View2D<const float>& x) {
   x_ = x;
   ensure_shape(y_, x.extent(0), x.extent(1), "tessera::gelu::y");
   ensure_shape(cdf_, x.extent(0), x.extent(1), "tessera::gelu::cdf");
-  auto y = y_;
-  auto cdf = cdf_;
+  const auto in = flat(x);
+  const auto y = flat(y_);
+  const auto cdf = flat(cdf_);
   Kokkos::parallel_for(
-      "tessera::gelu", Kokkos::MDRangePolicy<Kokkos::Rank<2>>({0, 0}, {x.extent(0), x.extent(1)}),
-      KOKKOS_LAMBDA(std::size_t i, std::size_t j) {
-        const float v = x(i, j);
-        const float c = 0.5f * (1.0f + erff(v * 0.70710678118654752f));
-        cdf(i, j) = c;  // kept for backward, which then needs no erf
-        y(i, j) = v * c;
+      "tessera::gelu", Kokkos::RangePolicy<>(0, in.size()), KOKKOS_LAMBDA(std::size_t k) {
+        const float v = in(k);
+        const float c = 0.5f * (1.0f + kernels::fast_erf(v * 0.70710678118654752f));
+        cdf(k) = c;  // kept for backward, which then needs no erf
+        y(k) = v * c;
       });
   return y_;
 }
 
 View2D<float> GELU::backward(const View2D<const float>& dy) {
+  if (dy.extent(0) != x_.extent(0) || dy.extent(1) != x_.extent(1))
+    throw ConfigError("GELU::backward: gradient is " + std::to_string(dy.extent(0)) + "x" +
+                      std::to_string(dy.extent(1)) + " but forward saw " + std::to_string(x_.extent(0)) + "x" +
+                      std::to_string(x_.extent(1)));
   ensure_shape(dx_, x_.extent(0), x_.extent(1), "tessera::gelu::dx");
-  auto dx = dx_;
-  auto x = x_;
-  auto cdf = cdf_;
+  const auto dx = flat(dx_);
+  const auto x = flat(x_);
+  const auto g = flat(dy);
+  const auto cdf = flat(View2D<const float>(cdf_));
   Kokkos::parallel_for(
-      "tessera::gelu::backward", Kokkos::MDRangePolicy<Kokkos::Rank<2>>({0, 0}, {x.extent(0), x.extent(1)}),
-      KOKKOS_LAMBDA(std::size_t i, std::size_t j) {
-        const float v = x(i, j);
-        const float pdf = 0.39894228040143268f * expf(-0.5f * v * v);
-        dx(i, j) = dy(i, j) * (cdf(i, j) + v * pdf);
+      "tessera::gelu::backward", Kokkos::RangePolicy<>(0, x.size()), KOKKOS_LAMBDA(std::size_t k) {
+        const float v = x(k);
+        const float pdf = 0.39894228040143268f * kernels::fast_exp(-0.5f * v * v);
+        dx(k) = g(k) * (cdf(k) + v * pdf);
       });
   return dx_;
 }

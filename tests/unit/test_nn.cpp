@@ -3,7 +3,9 @@
 // update rules written out in scalar double precision.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -11,6 +13,7 @@
 #include <tessera/nn/layers.hpp>
 #include <tessera/optim/optimizer.hpp>
 
+#include "kernels/fast_math.hpp"
 #include "kernels/gemm.hpp"
 #include "test_support.hpp"
 
@@ -144,6 +147,62 @@ TEST(GradientCheck, GELU) {
   nn::ParameterStore store;
   nn::GELU gelu;
   check_gradients(gelu, store, random_matrix(4, 6, 8, 3.0f), 6);
+}
+
+// GELU's exp and erf are written out so that they vectorize; they must still be the
+// functions they claim to be, to float accuracy, everywhere (not just where GELU lives).
+TEST(FastMath, ExpIsWithinAFewUlpsOfTheDoubleFunction) {
+  double worst = 0;
+  for (float x = -87.3f; x < 88.7f; x += 7.1e-4f) {
+    const double want = std::exp(static_cast<double>(x));
+    worst = std::max(worst, std::fabs(kernels::fast_exp(x) - want) / want);
+  }
+  EXPECT_LT(worst, 3e-7);  // 2.5 ulp at 2^-23
+  EXPECT_EQ(kernels::fast_exp(0.0f), 1.0f);
+  EXPECT_EQ(kernels::fast_exp(-100.0f), 0.0f);
+  EXPECT_EQ(kernels::fast_exp(-std::numeric_limits<float>::infinity()), 0.0f);
+  EXPECT_EQ(kernels::fast_exp(100.0f), std::numeric_limits<float>::infinity());
+  EXPECT_TRUE(std::isnan(kernels::fast_exp(std::nanf(""))));
+}
+
+TEST(FastMath, ErfIsWithinFloatAccuracyOfTheDoubleFunction) {
+  double worst_abs = 0, worst_rel_near_zero = 0;
+  for (float x = -9.0f; x < 9.0f; x += 3.3e-4f) {
+    const double want = std::erf(static_cast<double>(x));
+    const double err = std::fabs(kernels::fast_erf(x) - want);
+    worst_abs = std::max(worst_abs, err);
+    if (std::fabs(x) < 0.5f && x != 0.0f) worst_rel_near_zero = std::max(worst_rel_near_zero, err / std::fabs(want));
+  }
+  EXPECT_LT(worst_abs, 5e-7);
+  EXPECT_LT(worst_rel_near_zero, 1e-6);
+  EXPECT_EQ(kernels::fast_erf(0.0f), 0.0f);
+  EXPECT_FLOAT_EQ(kernels::fast_erf(1e-20f), 1.1283792e-20f);  // no cancellation near zero
+  EXPECT_EQ(kernels::fast_erf(std::numeric_limits<float>::infinity()), 1.0f);
+  EXPECT_EQ(kernels::fast_erf(-std::numeric_limits<float>::infinity()), -1.0f);
+  EXPECT_TRUE(std::isnan(kernels::fast_erf(std::nanf(""))));
+}
+
+TEST(GELU, ForwardIsXTimesTheNormalCdfInDouble) {
+  const std::size_t rows = 37, cols = 129;  // lengths that leave a vector remainder
+  auto x = random_matrix(rows, cols, 11, 6.0f);
+  nn::GELU gelu;
+  auto y = gelu.forward(x);
+  auto hx = Kokkos::create_mirror_view(x);
+  auto hy = Kokkos::create_mirror_view(y);
+  Kokkos::deep_copy(hx, x);
+  Kokkos::deep_copy(hy, y);
+  for (std::size_t i = 0; i < rows; ++i)
+    for (std::size_t j = 0; j < cols; ++j) {
+      const double v = hx(i, j);
+      const double want = v * 0.5 * (1.0 + std::erf(v / std::sqrt(2.0)));
+      ASSERT_NEAR(hy(i, j), want, 1e-6 * std::max(1.0, std::fabs(v))) << "at x = " << v;
+    }
+}
+
+TEST(GELU, BackwardRejectsAGradientOfAnotherShape) {
+  nn::GELU gelu;
+  gelu.forward(random_matrix(4, 6, 1));
+  EXPECT_THROW_WITH(gelu.backward(random_matrix(4, 5, 2)), ConfigError, "but forward saw 4x6");
 }
 
 TEST(GradientCheck, MLPWithThreeLayers) {
