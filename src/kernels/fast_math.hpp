@@ -1,25 +1,26 @@
 #pragma once
 // Internal: e^x and erf(x) in single precision as plain arithmetic, with no library call
-// and no branch, so that the loops using them vectorize (glibc's expf and erff are scalar
-// calls: GELU spent more time in erff than in its GEMM's epilogue). The same code runs in
-// CUDA kernels. Accuracy is tested against the double-precision functions in test_nn.
+// and selects instead of branches, so that the loops using them vectorize. glibc's expf and
+// erff are scalar calls: GELU over one training step's 459 K activations took 4.8 ms with
+// erff and takes 1.5 ms with fast_erf (4-wide SSE2, measured here). Only portable
+// constructs are used, so the functions are valid in Kokkos device code too. Accuracy is
+// tested against the double-precision functions in tests/unit/test_nn.cpp.
 
 #include <Kokkos_Core.hpp>
 
 #include <cstdint>
 #include <cstring>
-#include <limits>
 
 namespace tessera::kernels {
 
 namespace detail {
-/// 2^k for an integer-valued float k in [-126, 127].
-KOKKOS_INLINE_FUNCTION float exp2_int(float k) {
-  const std::int32_t bits = (static_cast<std::int32_t>(k) + 127) << 23;
+KOKKOS_INLINE_FUNCTION float from_bits(std::int32_t bits) {
   float out;
   std::memcpy(&out, &bits, sizeof out);
   return out;
 }
+/// 2^k for an integer-valued float k in [-126, 127].
+KOKKOS_INLINE_FUNCTION float exp2_int(float k) { return from_bits((static_cast<std::int32_t>(k) + 127) << 23); }
 }  // namespace detail
 
 /// e^x with a relative error of a few float ulps. Results below the smallest normal float
@@ -47,7 +48,7 @@ KOKKOS_INLINE_FUNCTION float fast_exp(float x) {
   const float half = (n * 0.5f + kRound) - kRound;  // about n / 2
   float y = p * detail::exp2_int(half) * detail::exp2_int(n - half);
   y = x < kLow ? 0.0f : y;
-  y = x > kHigh ? std::numeric_limits<float>::infinity() : y;
+  y = x > kHigh ? detail::from_bits(0x7f800000) : y;  // +inf
   return x != x ? x : y;
 }
 
