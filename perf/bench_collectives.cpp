@@ -1,8 +1,10 @@
 // tessera-bench-collectives: collective bandwidth in nccl-tests' terms (time, algbw,
 // busbw, #wrong), with the raw library call (MPI_Allreduce, Gloo's algorithm, ncclAllReduce)
-// timed on the same buffers in the same run, so each row shows Tessera / raw.
+// timed on the same buffers in the same run, so each row shows Tessera / raw. The flags it
+// shares with nccl-tests mean what they mean there (-o is the reduction op, -r the root);
+// the collective, which nccl-tests takes from the program's name, is --coll.
 //
-//   mpiexec -n 2 tessera-bench-collectives -b 64K -e 64M -f 4 -o all_reduce --backend all --json out.json
+//   mpiexec -n 2 tessera-bench-collectives --coll all_reduce -b 64K -e 64M -f 4 -o sum --backend all --json out.json
 
 #include <tessera/tessera.hpp>
 
@@ -70,6 +72,7 @@ struct Case {
   std::string op;
   DType dtype;
   ReduceOp redop;
+  int root;
   std::size_t bytes;     // nccl-tests "size": the largest of the op's buffers
   std::size_t count;     // elements of that buffer
   std::size_t per_rank;  // elements each rank contributes / receives
@@ -170,9 +173,9 @@ void run_tessera(Communicator& comm, const Case& c, Buffers& b) {
   else if (c.op == "reduce_scatter")
     comm.reduce_scatter(s, r, c.redop);
   else if (c.op == "broadcast")
-    comm.broadcast(r, 0);
+    comm.broadcast(r, c.root);
   else if (c.op == "reduce")
-    comm.reduce(s, r, c.redop, 0);
+    comm.reduce(s, r, c.redop, c.root);
   else
     comm.all_to_all(s, r);
 }
@@ -183,7 +186,7 @@ std::size_t check(Communicator& comm, const Case& c, Buffers& b) {
   const std::size_t n = c.per_rank;
   for (std::size_t i = 0; i < b.send_count; ++i) put(b.host_send.data(), c.dtype, i, input_value(me, i));
   for (std::size_t i = 0; i < b.recv_count; ++i)
-    put(b.host_recv.data(), c.dtype, i, c.op == "broadcast" && me == 0 ? input_value(0, i) : -7);
+    put(b.host_recv.data(), c.dtype, i, c.op == "broadcast" && me == c.root ? input_value(c.root, i) : -7);
   b.upload();
   run_tessera(comm, c, b);
   b.download();
@@ -213,10 +216,10 @@ std::size_t check(Communicator& comm, const Case& c, Buffers& b) {
   if (c.op == "all_reduce")
     for (std::size_t i = 0; i < n; ++i) expect(i, reduced(i));
   else if (c.op == "reduce") {
-    if (me == 0)
+    if (me == c.root)
       for (std::size_t i = 0; i < n; ++i) expect(i, reduced(i));
   } else if (c.op == "broadcast")
-    for (std::size_t i = 0; i < n; ++i) expect(i, input_value(0, i));
+    for (std::size_t i = 0; i < n; ++i) expect(i, input_value(c.root, i));
   else if (c.op == "reduce_scatter")
     for (std::size_t i = 0; i < n; ++i) expect(i, reduced(n * static_cast<std::size_t>(me) + i));
   else if (c.op == "all_gather") {
@@ -250,13 +253,12 @@ double time_batch(MPI_Comm sync, int iters, const std::function<void()>& fn) {
 
 int main(int argc, char** argv) {
   CLI::App app{
-      "Collective bandwidth benchmark with nccl-tests semantics; compares Tessera with the raw "
-      "library call on the same buffers.\n"
-      "Usage: mpiexec -n N tessera-bench-collectives [-b 64K] [-e 64M] [-f 4] [-o all_reduce] "
-      "[--backend mpi|gloo|nccl|all] [--json FILE]"};
+      "Collective bandwidth benchmark with nccl-tests semantics (-b, -e, -f, -n, -w, -c, -d, -o and -r mean "
+      "what they mean in nccl-tests); compares Tessera with the raw library call on the same buffers.",
+      "mpiexec -n N tessera-bench-collectives"};
   std::string min_bytes = "64K", max_bytes = "64M", op_name = "all_reduce", dtype_name_arg = "float32",
               redop_name = "sum", backend_arg = "all", json_path;
-  int factor = 4, iters = 20, warmup = 5, check_flag = 1, rounds = 3;
+  int factor = 4, iters = 20, warmup = 5, check_flag = 1, rounds = 3, root = 0;
   bool noise_floor = false;
   std::optional<double> min_busbw, min_ratio;
   app.add_option("-b,--minbytes", min_bytes, "smallest size, bytes (K, M, G suffixes)")->capture_default_str();
@@ -264,12 +266,15 @@ int main(int argc, char** argv) {
   app.add_option("-f,--stepfactor", factor, "multiply the size by this between rows")
       ->capture_default_str()
       ->check(CLI::Range(2, 1 << 20));
-  app.add_option("-o,--op", op_name,
-                 "collective: all_reduce, all_gather, reduce_scatter, broadcast, reduce, all_to_all, all")
+  app.add_option("--coll", op_name,
+                 "collective: all_reduce, all_gather, reduce_scatter, broadcast, reduce, all_to_all, or all of them")
       ->capture_default_str();
-  app.add_option("-d,--dtype", dtype_name_arg, "float32, float64, int32, int64, bfloat16, float16")
+  app.add_option("-d,--datatype,--dtype", dtype_name_arg,
+                 "float32 (float), float64 (double), int32, int64, "
+                 "bfloat16, float16 (half)")
       ->capture_default_str();
-  app.add_option("-r,--redop", redop_name, "reduction: sum, prod, min, max, avg")->capture_default_str();
+  app.add_option("-o,--op,--redop", redop_name, "reduction op: sum, prod, min, max, avg")->capture_default_str();
+  app.add_option("-r,--root", root, "root rank of broadcast and reduce")->capture_default_str();
   app.add_option("-n,--iters", iters, "timed iterations per measurement")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
@@ -299,8 +304,16 @@ int main(int argc, char** argv) {
     std::vector<std::string> ops = op_name == "all" ? kOps : std::vector<std::string>{op_name};
     for (const auto& o : ops)
       if (std::find(kOps.begin(), kOps.end(), o) == kOps.end())
-        throw ConfigError("unknown op '" + o +
-                          "'; use all_reduce, all_gather, reduce_scatter, broadcast, reduce, all_to_all or all");
+        throw ConfigError("unknown collective --coll '" + o +
+                          "'; use all_reduce, all_gather, reduce_scatter, broadcast, reduce, all_to_all or all" +
+                          (o == "sum" || o == "prod" || o == "min" || o == "max" || o == "avg"
+                               ? " (the reduction op is -o, as in nccl-tests)"
+                               : ""));
+    if (root < 0 || root >= session.size())
+      throw ConfigError("-r " + std::to_string(root) + " is not a rank of this job; use 0.." +
+                        std::to_string(session.size() - 1));
+    if (min_busbw && session.size() < 2)
+      throw ConfigError("--min-busbw needs at least 2 ranks: on 1 rank nothing crosses a bus, so busbw is undefined");
     std::vector<comm::Backend> backends;
     if (backend_arg == "all") {
       backends.push_back(comm::Backend::Mpi);
@@ -312,7 +325,7 @@ int main(int argc, char** argv) {
     MPI_Comm sync;
     MPI_Comm_dup(MPI_COMM_WORLD, &sync);
     const int p = session.size();
-    const bool root = session.rank() == 0;
+    const bool leader = session.rank() == 0;
 
     char host[256] = {};
     gethostname(host, sizeof host - 1);
@@ -332,18 +345,20 @@ int main(int argc, char** argv) {
       auto comm = Communicator::create(backend);
       auto raw = perf::RawBaseline::make(*comm, sync);
       for (const auto& op : ops) {
-        if (root) {
-          std::printf("#\n# backend %s, %d ranks, op %s, dtype %s, redop %s, %d iters x %d rounds, %d warm-up%s\n",
-                      comm::backend_name(comm->backend()), p, op.c_str(), tessera::dtype_name(dtype),
-                      comm::reduce_op_name(redop), iters, rounds, warmup,
-                      noise_floor ? "\n# NOISE FLOOR: the Tessera columns time the raw call too" : "");
+        if (leader) {
+          std::printf(
+              "#\n# backend %s, %d ranks, op %s, dtype %s, redop %s, %d iters x %d rounds, %d warm-up%s%s\n",
+              comm::backend_name(comm->backend()), p, op.c_str(), tessera::dtype_name(dtype),
+              comm::reduce_op_name(redop), iters, rounds, warmup,
+              noise_floor ? "\n# NOISE FLOOR: the Tessera columns time the raw call too" : "",
+              p == 1 ? "\n# 1 rank: nothing crosses a bus, so busbw is undefined (-); tess/raw compares times" : "");
           std::printf("# %12s %12s %9s %6s %10s %8s %8s %7s %10s %9s %8s\n", "size", "count", "type", "redop", "time",
                       "algbw", "busbw", "#wrong", "raw time", "raw busbw", "ratio");
           std::printf("# %12s %12s %9s %6s %10s %8s %8s %7s %10s %9s %8s\n", "(B)", "(elements)", "", "", "(us)",
                       "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "tess/raw");
         }
         for (std::size_t bytes = lo; bytes <= hi; bytes *= static_cast<std::size_t>(factor)) {
-          Case c{op, dtype, redop, 0, 0, 0};
+          Case c{op, dtype, redop, root, 0, 0, 0};
           const std::size_t esz = dtype_size(dtype);
           const bool spread = op == "all_gather" || op == "reduce_scatter" || op == "all_to_all";
           c.count = std::max<std::size_t>(bytes / esz / static_cast<std::size_t>(p), 1) *
@@ -360,14 +375,14 @@ int main(int argc, char** argv) {
           for (int i = 0; i < warmup; ++i) run_tessera(*comm, c, b);
           const bool has_raw = raw && raw->supports(op, dtype, redop);
           if (has_raw)
-            for (int i = 0; i < warmup; ++i) raw->run(op, c.dtype, c.redop, b.send, b.recv, c.per_rank);
+            for (int i = 0; i < warmup; ++i) raw->run(op, c.dtype, c.redop, c.root, b.send, b.recv, c.per_rank);
           double t = 1e300, t_raw = 1e300;
           // Alternate which goes first, so neither always inherits the other's cache/scheduler state.
           for (int round = 0; round < rounds; ++round) {
             auto tessera_batch = [&] {
               t = std::min(t, time_batch(sync, iters, [&] {
                              if (noise_floor && has_raw)
-                               raw->run(op, c.dtype, c.redop, b.send, b.recv, c.per_rank);
+                               raw->run(op, c.dtype, c.redop, c.root, b.send, b.recv, c.per_rank);
                              else
                                run_tessera(*comm, c, b);
                            }));
@@ -375,7 +390,7 @@ int main(int argc, char** argv) {
             auto raw_batch = [&] {
               if (has_raw)
                 t_raw = std::min(t_raw, time_batch(sync, iters, [&] {
-                                   raw->run(op, c.dtype, c.redop, b.send, b.recv, c.per_rank);
+                                   raw->run(op, c.dtype, c.redop, c.root, b.send, b.recv, c.per_rank);
                                  }));
             };
             if (round % 2 == 0) {
@@ -386,41 +401,61 @@ int main(int argc, char** argv) {
               tessera_batch();
             }
           }
+          // busbw is algbw times the share of the data that crosses the bus, which is 0 on one
+          // rank; Tessera / raw is the ratio of their times (the same as of their busbw).
+          const bool has_bus = p > 1;
           const double algbw = static_cast<double>(c.bytes) / t / 1e9;
           const double busbw = algbw * bus_factor(op, p);
           const double raw_busbw = has_raw ? static_cast<double>(c.bytes) / t_raw / 1e9 * bus_factor(op, p) : 0.0;
+          const double ratio = has_raw ? t_raw / t : 0.0;
           if (min_busbw && busbw < *min_busbw) below = true;
-          if (min_ratio && has_raw && busbw / raw_busbw < *min_ratio) below_ratio = true;
-          if (root) {
-            char raw_cols[64] = "       n/a       n/a      n/a";
-            if (has_raw)
-              std::snprintf(raw_cols, sizeof raw_cols, "%10.2f %9.2f %8.3f", t_raw * 1e6, raw_busbw, busbw / raw_busbw);
+          if (min_ratio && has_raw && ratio < *min_ratio) below_ratio = true;
+          if (leader) {
+            auto gbps = [&](double v, int width) {
+              char text[32];
+              if (has_bus)
+                std::snprintf(text, sizeof text, "%*.2f", width, v);
+              else
+                std::snprintf(text, sizeof text, "%*s", width, "-");
+              return std::string(text);
+            };
+            std::string raw_cols = "       n/a       n/a      n/a";
+            if (has_raw) {
+              char text[32];
+              std::snprintf(text, sizeof text, "%10.2f", t_raw * 1e6);
+              char tail[16];
+              std::snprintf(tail, sizeof tail, " %8.3f", ratio);
+              raw_cols = text + (" " + gbps(raw_busbw, 9)) + tail;
+            }
             std::printf(
-                "  %12zu %12zu %9s %6s %10.2f %8.2f %8.2f %7zu %s\n", c.bytes, c.count, tessera::dtype_name(dtype),
+                "  %12zu %12zu %9s %6s %10.2f %8.2f %s %7zu %s\n", c.bytes, c.count, tessera::dtype_name(dtype),
                 (op == "all_gather" || op == "broadcast" || op == "all_to_all") ? "none" : comm::reduce_op_name(redop),
-                t * 1e6, algbw, busbw, wrong, raw_cols);
+                t * 1e6, algbw, gbps(busbw, 8).c_str(), wrong, raw_cols.c_str());
             std::fflush(stdout);
           }
-          nlohmann::json row = {{"op", op},
-                                {"backend", comm::backend_name(comm->backend())},
-                                {"dtype", tessera::dtype_name(dtype)},
-                                {"redop", comm::reduce_op_name(redop)},
-                                {"bytes", c.bytes},
-                                {"count", c.count},
-                                {"time_us", t * 1e6},
-                                {"algbw_gbps", algbw},
-                                {"busbw_gbps", busbw},
-                                {"raw_busbw_gbps", has_raw ? nlohmann::json(raw_busbw) : nlohmann::json(nullptr)},
-                                {"raw_time_us", has_raw ? nlohmann::json(t_raw * 1e6) : nlohmann::json(nullptr)},
-                                {"wrong", wrong},
-                                {"noise_floor", noise_floor}};
+          nlohmann::json row = {
+              {"op", op},
+              {"backend", comm::backend_name(comm->backend())},
+              {"dtype", tessera::dtype_name(dtype)},
+              {"redop", comm::reduce_op_name(redop)},
+              {"bytes", c.bytes},
+              {"count", c.count},
+              {"time_us", t * 1e6},
+              {"root", c.root},
+              {"algbw_gbps", algbw},
+              {"busbw_gbps", has_bus ? nlohmann::json(busbw) : nlohmann::json(nullptr)},
+              {"raw_busbw_gbps", has_raw && has_bus ? nlohmann::json(raw_busbw) : nlohmann::json(nullptr)},
+              {"raw_time_us", has_raw ? nlohmann::json(t_raw * 1e6) : nlohmann::json(nullptr)},
+              {"tessera_over_raw", has_raw ? nlohmann::json(ratio) : nlohmann::json(nullptr)},
+              {"wrong", wrong},
+              {"noise_floor", noise_floor}};
           out["results"].push_back(row);
           if (bytes > hi / static_cast<std::size_t>(factor)) break;
         }
       }
     }
     MPI_Comm_free(&sync);
-    if (root) {
+    if (leader) {
       if (!json_path.empty()) {
         std::ofstream f(json_path);
         if (!f) throw ConfigError("cannot write --json file '" + json_path + "'");

@@ -31,19 +31,19 @@ double median(std::vector<double> v) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{
-      "Per-step breakdown of data-parallel training, and the step against its GEMMs alone.\n"
-      "Usage: mpiexec -n N tessera-bench-ddp [flags] [--json FILE]"};
+  CLI::App app{"Per-step breakdown of data-parallel training, and the step against its GEMMs alone.",
+               "mpiexec -n N tessera-bench-ddp"};
   tessera::train::TrainConfig c;
   int steps = 30, warmup = 5;
-  std::string json_path, backend = "mpi", grad_dtype = "fp32";
+  std::string json_path, backend = "auto", grad_dtype = "fp32";
   app.add_option("--layers", c.layers, "MLP layers")->capture_default_str();
   app.add_option("--dim", c.dim, "MLP width")->capture_default_str();
   app.add_option("--batch", c.global_batch, "global batch")->capture_default_str();
   app.add_option("--optim", c.optimizer, "adamw or sgd")->capture_default_str();
   app.add_option("--bucket-mb", c.ddp.bucket_mb, "DDP bucket size (MiB)")->capture_default_str();
   app.add_option("--grad-dtype", grad_dtype, "fp32 or bf16")->capture_default_str();
-  app.add_option("--backend", backend, "mpi or gloo")->capture_default_str();
+  app.add_option("--backend", backend, "auto, mpi, gloo or nccl (auto as tessera-train picks it)")
+      ->capture_default_str();
   app.add_option("--overlap-optimizer", c.overlap_optimizer,
                  "update each bucket as soon as it is reduced (true) or after all communication (false)")
       ->capture_default_str();
@@ -70,10 +70,11 @@ int main(int argc, char** argv) {
       opt.push_back(m.optimizer_s);
       other.push_back(m.step_time_s - m.forward_s - m.backward_s - m.comm_exposed_s - m.optimizer_s);
     }
-    // The same GEMMs the step runs (forward y = x W^T, backward dW += dy^T x, dx = dy W for
-    // every layer), on operands of the same shapes and count (every layer its own weight,
-    // gradient and activations, so nothing stays in cache that would not in training), on
-    // every rank at once as in training, with nothing else.
+    // The same GEMMs the step runs (forward y = x W^T; backward dW = dy^T x for every layer
+    // and dx = dy W for every layer but the first, whose input is data), on operands of the
+    // same shapes and count (every layer its own weight, gradient and activations, so nothing
+    // stays in cache that would not in training), on every rank at once as in training, with
+    // nothing else.
     const auto b = static_cast<std::size_t>(c.global_batch / comm->size() / c.accum);
     std::vector<View2D<float>> acts, ws, dws;
     for (std::size_t l = 0; l <= c.layers; ++l) {
@@ -95,8 +96,8 @@ int main(int argc, char** argv) {
       Kokkos::fence();
       const auto t1 = std::chrono::steady_clock::now();
       for (std::size_t l = c.layers; l-- > 0;) {
-        kernels::gemm(kernels::Trans::Yes, kernels::Trans::No, 1.0f, dy, acts[l], 1.0f, dws[l]);
-        kernels::gemm(kernels::Trans::No, kernels::Trans::No, 1.0f, dy, ws[l], 0.0f, dx);
+        kernels::gemm(kernels::Trans::Yes, kernels::Trans::No, 1.0f, dy, acts[l], 0.0f, dws[l]);
+        if (l > 0) kernels::gemm(kernels::Trans::No, kernels::Trans::No, 1.0f, dy, ws[l], 0.0f, dx);
       }
       Kokkos::fence();
       if (s < warmup) continue;
@@ -172,6 +173,7 @@ int main(int argc, char** argv) {
               {"global_batch", c.global_batch},
               {"optimizer", c.optimizer},
               {"backend", comm::backend_name(comm->backend())},
+              {"memory", memory_kind_of_space<DeviceMemorySpace>() == MemoryKind::Device ? "device" : "host"},
               {"grad_dtype", dtype_name(c.ddp.grad_dtype)},
               {"bucket_mb", c.ddp.bucket_mb},
               {"overlap_optimizer", c.overlap_optimizer},

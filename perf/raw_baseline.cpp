@@ -34,7 +34,8 @@ class MpiRaw final : public RawBaseline {
   bool supports(const std::string&, DType dtype, comm::ReduceOp redop) const override {
     return dtype != DType::BFloat16 && dtype != DType::Float16 && redop != comm::ReduceOp::Avg;
   }
-  void run(const std::string& op, DType dtype, comm::ReduceOp redop, void* s, void* r, std::size_t n) override {
+  void run(const std::string& op, DType dtype, comm::ReduceOp redop, int root, void* s, void* r,
+           std::size_t n) override {
     const MPI_Datatype t = comm::detail::mpi_datatype(dtype);
     const int c = static_cast<int>(n);
     const MPI_Op o = redop == comm::ReduceOp::Sum    ? MPI_SUM
@@ -48,9 +49,9 @@ class MpiRaw final : public RawBaseline {
     else if (op == "reduce_scatter")
       MPI_Reduce_scatter_block(s, r, c, t, o, comm_);
     else if (op == "broadcast")
-      MPI_Bcast(r, c, t, 0, comm_);
+      MPI_Bcast(r, c, t, root, comm_);
     else if (op == "reduce")
-      MPI_Reduce(s, r, c, t, o, 0, comm_);
+      MPI_Reduce(s, r, c, t, o, root, comm_);
     else
       MPI_Alltoall(s, c, t, r, c, t, comm_);
   }
@@ -68,26 +69,27 @@ class GlooRaw final : public RawBaseline {
     return op != "reduce_scatter" && redop != comm::ReduceOp::Avg &&
            !(dtype == DType::BFloat16 || dtype == DType::Float16);
   }
-  void run(const std::string& op, DType dtype, comm::ReduceOp redop, void* s, void* r, std::size_t n) override {
+  void run(const std::string& op, DType dtype, comm::ReduceOp redop, int root, void* s, void* r,
+           std::size_t n) override {
     switch (dtype) {
       case DType::Float32:
-        go<float>(op, redop, s, r, n);
+        go<float>(op, redop, root, s, r, n);
         break;
       case DType::Float64:
-        go<double>(op, redop, s, r, n);
+        go<double>(op, redop, root, s, r, n);
         break;
       case DType::Int32:
-        go<std::int32_t>(op, redop, s, r, n);
+        go<std::int32_t>(op, redop, root, s, r, n);
         break;
       default:
-        go<std::int64_t>(op, redop, s, r, n);
+        go<std::int64_t>(op, redop, root, s, r, n);
         break;
     }
   }
 
  private:
   template <class T>
-  void go(const std::string& op, comm::ReduceOp redop, void* sv, void* rv, std::size_t n) {
+  void go(const std::string& op, comm::ReduceOp redop, int root, void* sv, void* rv, std::size_t n) {
     using Fn = void (*)(void*, const void*, const void*, std::size_t);
     const Fn fn = redop == comm::ReduceOp::Sum    ? static_cast<Fn>(&gloo::sum<T>)
                   : redop == comm::ReduceOp::Prod ? static_cast<Fn>(&gloo::product<T>)
@@ -113,14 +115,14 @@ class GlooRaw final : public RawBaseline {
     } else if (op == "broadcast") {
       gloo::BroadcastOptions o(context_);
       o.setOutput(r, n);
-      o.setRoot(0);
+      o.setRoot(root);
       o.setTag(tag_);
       gloo::broadcast(o);
     } else if (op == "reduce") {
       gloo::ReduceOptions o(context_);
       o.setInput(s, n);
       o.setOutput(r, n);
-      o.setRoot(0);
+      o.setRoot(root);
       o.setReduceFunction(fn);
       o.setTag(tag_);
       gloo::reduce(o);
@@ -146,7 +148,8 @@ class NcclRaw final : public RawBaseline {
   bool supports(const std::string& op, DType, comm::ReduceOp) const override {
     return op == "all_reduce" || op == "all_gather" || op == "reduce_scatter" || op == "broadcast" || op == "reduce";
   }
-  void run(const std::string& op, DType dtype, comm::ReduceOp redop, void* s, void* r, std::size_t n) override {
+  void run(const std::string& op, DType dtype, comm::ReduceOp redop, int root, void* s, void* r,
+           std::size_t n) override {
     const ncclDataType_t t = dtype == DType::Float32    ? ncclFloat32
                              : dtype == DType::Float64  ? ncclFloat64
                              : dtype == DType::Int32    ? ncclInt32
@@ -165,9 +168,9 @@ class NcclRaw final : public RawBaseline {
     else if (op == "reduce_scatter")
       ncclReduceScatter(s, r, n, t, o, h_.comm, h_.stream);
     else if (op == "broadcast")
-      ncclBroadcast(r, r, n, t, 0, h_.comm, h_.stream);
+      ncclBroadcast(r, r, n, t, root, h_.comm, h_.stream);
     else
-      ncclReduce(s, r, n, t, o, 0, h_.comm, h_.stream);
+      ncclReduce(s, r, n, t, o, root, h_.comm, h_.stream);
     cudaStreamSynchronize(h_.stream);
   }
 
@@ -193,7 +196,7 @@ std::unique_ptr<RawBaseline> RawBaseline::make(comm::Communicator& c, MPI_Comm w
   }
 }
 
-bool nccl_usable() { return comm::detail::nccl_usable(); }
+bool nccl_usable() { return comm::detail::nccl_one_gpu_per_rank(MPI_COMM_WORLD); }
 
 void* allocate(std::size_t bytes, MemoryKind where) {
   bytes = std::max<std::size_t>(bytes, 64);

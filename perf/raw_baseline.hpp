@@ -19,11 +19,13 @@ class RawBaseline {
   static std::unique_ptr<RawBaseline> make(comm::Communicator& comm, MPI_Comm world);
   /// False where the library has no such call (e.g. MPI has no bfloat16 reduction).
   virtual bool supports(const std::string& op, DType dtype, comm::ReduceOp redop) const = 0;
-  /// One call of op with n elements per rank (the same meaning as Tessera's count).
-  virtual void run(const std::string& op, DType dtype, comm::ReduceOp redop, void* send, void* recv, std::size_t n) = 0;
+  /// One call of op with n elements per rank (the same meaning as Tessera's count); `root`
+  /// for broadcast and reduce.
+  virtual void run(const std::string& op, DType dtype, comm::ReduceOp redop, int root, void* send, void* recv,
+                   std::size_t n) = 0;
 };
 
-/// True when NCCL is compiled in and a GPU is visible.
+/// Collective: true when NCCL is compiled in and every rank has a GPU of its own.
 bool nccl_usable();
 /// Buffers for the benchmark: device memory for NCCL, host memory otherwise.
 void* allocate(std::size_t bytes, MemoryKind where);

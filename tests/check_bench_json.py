@@ -1,9 +1,14 @@
-"""Checks a tessera-bench-collectives JSON file: the documented schema, every op present,
-no wrong elements, and busbw = algbw * the nccl-tests factor for the rank count."""
+"""Checks a tessera-bench-collectives JSON file: the documented schema, the expected
+collectives present, no wrong elements, busbw = algbw * the nccl-tests factor for the rank
+count (undefined, null, on one rank), and Tessera / raw = raw time / Tessera time."""
 import json
+import math
 import sys
 
+# check_bench_json.py FILE RANKS [ops=a,b] [redop=NAME] [root=R] [dtype=NAME]
 path, ranks = sys.argv[1], int(sys.argv[2])
+want = dict(arg.split("=", 1) for arg in sys.argv[3:])
+expected_ops = set(want.pop("ops").split(",")) if "ops" in want else None
 data = json.load(open(path))
 assert data["machine"]["ranks"] == ranks, data["machine"]
 rows = data["results"]
@@ -12,11 +17,22 @@ factor = {"all_reduce": 2 * (ranks - 1) / ranks, "all_gather": (ranks - 1) / ran
           "reduce_scatter": (ranks - 1) / ranks, "all_to_all": (ranks - 1) / ranks,
           "broadcast": 1.0, "reduce": 1.0}
 for r in rows:
-    for key in ("op", "backend", "dtype", "bytes", "time_us", "algbw_gbps", "busbw_gbps", "raw_busbw_gbps", "wrong"):
+    for key in ("op", "backend", "dtype", "redop", "root", "bytes", "time_us", "algbw_gbps", "busbw_gbps",
+                "raw_busbw_gbps", "raw_time_us", "tessera_over_raw", "wrong"):
         assert key in r, f"missing {key} in {r}"
     assert r["wrong"] == 0, r
     assert r["time_us"] > 0, r
     assert abs(r["algbw_gbps"] - r["bytes"] / (r["time_us"] * 1e-6) / 1e9) <= 1e-6 * max(1.0, r["algbw_gbps"]), r
-    assert abs(r["busbw_gbps"] - r["algbw_gbps"] * factor[r["op"]]) <= 1e-9 + 1e-9 * r["busbw_gbps"], r
-assert {r["op"] for r in rows} == set(factor), {r["op"] for r in rows}
+    if ranks == 1:
+        assert r["busbw_gbps"] is None and r["raw_busbw_gbps"] is None, r
+    else:
+        assert abs(r["busbw_gbps"] - r["algbw_gbps"] * factor[r["op"]]) <= 1e-9 + 1e-9 * r["busbw_gbps"], r
+    for key, value in want.items():
+        assert str(r[key]) == value, f"{key} is {r[key]}, expected {value}: {r}"
+    if r["raw_time_us"] is not None:
+        ratio = r["tessera_over_raw"]
+        assert math.isfinite(ratio) and ratio > 0, r
+        assert abs(ratio - r["raw_time_us"] / r["time_us"]) <= 1e-9 * ratio, r
+ops = {r["op"] for r in rows}
+assert ops == (expected_ops or set(factor)), ops
 print(f"{len(rows)} rows OK")

@@ -7,10 +7,11 @@ path, steps, min_ratio = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
 rows = [json.loads(line) for line in open(path)]
 assert len(rows) == steps, f"{len(rows)} lines, expected {steps}"
 for i, r in enumerate(rows):
-    for key in ("step", "loss", "step_time_s", "samples_per_s", "comm_exposed_s", "model_state_bytes"):
+    for key in ("step", "loss", "grad_norm", "step_time_s", "samples_per_s", "comm_exposed_s", "model_state_bytes"):
         assert key in r, f"line {i + 1} lacks {key}"
     assert r["step"] == i + 1
     assert r["step_time_s"] > 0 and r["samples_per_s"] > 0 and r["comm_exposed_s"] >= 0
+    assert r["grad_norm"] > 0, f"line {i + 1}: a training step has a gradient"
 ratio = rows[0]["loss"] / rows[-1]["loss"]
 assert ratio >= min_ratio, f"loss went {rows[0]['loss']} -> {rows[-1]['loss']}: {ratio:.2f}x, need {min_ratio}x"
 print(f"{steps} steps, loss {rows[0]['loss']:.4g} -> {rows[-1]['loss']:.4g} ({ratio:.1f}x lower)")

@@ -6,8 +6,10 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <tessera/comm/communicator.hpp>
+#include <tessera/core/memory.hpp>
 
 namespace tessera::test {
 
@@ -38,6 +40,38 @@ inline comm::Communicator& world() {
   if (!w) w = comm::Communicator::create(backend_under_test(), test_options());
   return *w;
 }
+
+/// A host copy of a view's contents, wherever the view lives (results are read through it,
+/// never from the view itself, which may be in GPU memory).
+template <class View>
+auto host_copy(const View& v) {
+  auto h = Kokkos::create_mirror(Kokkos::HostSpace(), v);
+  Kokkos::deep_copy(h, v);
+  return h;
+}
+
+/// A 1-D view in the default memory space holding `values`.
+template <class T>
+View1D<T> device_array(const std::vector<T>& values, const std::string& label = "test") {
+  View1D<T> d(label, values.size());
+  auto h = Kokkos::create_mirror_view(d);
+  for (std::size_t i = 0; i < values.size(); ++i) h(i) = values[i];
+  Kokkos::deep_copy(d, h);
+  return d;
+}
+
+/// A rows x cols matrix in the default memory space holding `values` (row-major).
+inline View2D<float> device_matrix(std::size_t rows, std::size_t cols, const std::vector<float>& values) {
+  View2D<float> d("test", rows, cols);
+  auto h = Kokkos::create_mirror_view(d);
+  for (std::size_t i = 0; i < rows; ++i)
+    for (std::size_t j = 0; j < cols; ++j) h(i, j) = values.at(i * cols + j);
+  Kokkos::deep_copy(d, h);
+  return d;
+}
+
+/// True when the default memory space is a GPU's (a CUDA build).
+constexpr bool device_build() { return memory_kind_of_space<DeviceMemorySpace>() == MemoryKind::Device; }
 
 /// Asserts that statement throws ExceptionType whose what() contains `needle`.
 #define EXPECT_THROW_WITH(statement, ExceptionType, needle)                                            \

@@ -20,16 +20,23 @@
 namespace tessera::apps {
 
 /// Runs body(session) inside a Session after parsing the flags (and the TOML file named by
-/// --config, if the app has that option). Flag and config-file errors are the same on every
-/// rank, so every rank exits with the same code and rank 0 prints the message. Errors during
-/// the run may hit one rank only: that rank prints and aborts the whole job.
+/// --config, if the app has that option). Kokkos sees only its own --kokkos-* flags, the app
+/// all the others (so --help is the app's alone). Flag and config-file errors are the same on
+/// every rank, so every rank exits with the same code and rank 0 prints the message. Errors
+/// during the run may hit one rank only: that rank prints and aborts the whole job.
 inline int run_app(int argc, char** argv, CLI::App& app, const std::function<int(Session&)>& body) {
   const char* name = argv[0];
+  std::vector<char*> kokkos_argv = {argv[0]}, app_argv = {argv[0]};
+  for (int i = 1; i < argc; ++i)
+    (std::string(argv[i]).rfind("--kokkos-", 0) == 0 ? kokkos_argv : app_argv).push_back(argv[i]);
+  int kokkos_argc = static_cast<int>(kokkos_argv.size());
+  kokkos_argv.push_back(nullptr);
+  char** kokkos_args = kokkos_argv.data();
   try {
-    Session session(argc, argv);
+    Session session(kokkos_argc, kokkos_args);
     try {
       // Flags given twice (a config file's, then the command line's) keep the last value.
-      std::vector<std::string> args = expand_config(argc, argv, app);
+      std::vector<std::string> args = expand_config(static_cast<int>(app_argv.size()), app_argv.data(), app);
       std::reverse(args.begin() + 1, args.end());  // CLI11 takes the remaining args reversed
       args.erase(args.begin());
       app.parse(args);

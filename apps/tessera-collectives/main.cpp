@@ -90,9 +90,8 @@ class Demo {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{
-      "Runs the textbook collective examples on every rank and prints them per rank.\n"
-      "Usage: mpiexec -n 4 tessera-collectives [--backend mpi|gloo|nccl]"};
+  CLI::App app{"Runs the textbook collective examples on every rank and prints them per rank.",
+               "mpiexec -n 4 tessera-collectives"};
   std::string backend_name = "mpi";
   bool info = false;
   app.add_option("--backend", backend_name, "communication backend: auto, mpi, gloo or nccl")->capture_default_str();

@@ -28,8 +28,9 @@ std::string duration_text(double s) {
 
 int main(int argc, char** argv) {
   CLI::App app{
-      "Trains an MLP with data parallelism (DDP) across the ranks of an MPI job.\n"
-      "Usage: mpiexec -n N tessera-train [--config FILE.toml] [flags]; flags override the file"};
+      "Trains an MLP with data parallelism (DDP) across the ranks of an MPI job. Settings come from flags "
+      "and from a TOML file (--config); flags override the file.",
+      "mpiexec -n N tessera-train"};
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   tessera::train::TrainConfig c;
   std::string backend = "auto", grad_dtype = "fp32", metrics_path, save_path, config_path;
@@ -88,18 +89,21 @@ int main(int argc, char** argv) {
     }
     auto comm = comm::Communicator::create(comm::parse_backend(backend));
     train::Trainer trainer(c, *comm);
+    const HostThreads& blas = host_threads();
     const bool launched = std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") ||
                           std::getenv("SLURM_STEP_ID") || std::getenv("PMIX_RANK");
     if (progress == "none") quiet = true;
     const bool tty = progress == "bar" || (progress == "auto" && isatty(STDOUT_FILENO) != 0 && !launched);
     if (root && !quiet)
-      std::printf("tessera-train: %d ranks (%s), MLP %zu x %zu (%zu parameters), %s, %s, batch %lld x %lld steps\n",
-                  comm->size(), comm::backend_name(comm->backend()), c.layers, c.dim, trainer.parameters().numel(),
-                  trainer.dataset().describe().c_str(), c.optimizer.c_str(), static_cast<long long>(c.global_batch),
-                  static_cast<long long>(c.steps));
+      std::printf(
+          "tessera-train: %d ranks (%s), MLP %zu x %zu (%zu parameters), %s, %s, batch %lld x %lld steps, "
+          "BLAS threads %d per rank (%s)\n",
+          comm->size(), comm::backend_name(comm->backend()), c.layers, c.dim, trainer.parameters().numel(),
+          trainer.dataset().describe().c_str(), c.optimizer.c_str(), static_cast<long long>(c.global_batch),
+          static_cast<long long>(c.steps), blas.threads, blas.reason.c_str());
     double first_loss = 0, last_loss = 0, elapsed = 0;
     const std::int64_t every = std::max<std::int64_t>(1, c.steps / 20);
-    trainer.run([&](const train::StepMetrics& m) {
+    auto report = [&](const train::StepMetrics& m) {
       if (m.step == 1) first_loss = m.loss;
       last_loss = m.loss;
       elapsed += m.step_time_s;
@@ -107,6 +111,7 @@ int main(int argc, char** argv) {
       if (metrics.is_open()) {
         metrics << nlohmann::json{{"step", m.step},
                                   {"loss", m.loss},
+                                  {"grad_norm", m.grad_norm},
                                   {"step_time_s", m.step_time_s},
                                   {"samples_per_s", m.samples_per_s},
                                   {"comm_exposed_s", m.comm_exposed_s},
@@ -122,9 +127,9 @@ int main(int argc, char** argv) {
       if (quiet) return;
       const double eta = elapsed / static_cast<double>(m.step) * static_cast<double>(c.steps - m.step);
       char line[160];
-      std::snprintf(line, sizeof line, "step %lld/%lld | loss %.6g | %.0f samples/s | ETA %s",
-                    static_cast<long long>(m.step), static_cast<long long>(c.steps), m.loss, m.samples_per_s,
-                    duration_text(eta).c_str());
+      std::snprintf(line, sizeof line, "step %lld/%lld | loss %.6g | grad norm %.3g | %.0f samples/s | ETA %s",
+                    static_cast<long long>(m.step), static_cast<long long>(c.steps), m.loss, m.grad_norm,
+                    m.samples_per_s, duration_text(eta).c_str());
       if (tty) {
         std::printf("\r%-78s", line);  // redrawn in place
         if (m.step == c.steps) std::printf("\n");
@@ -132,7 +137,14 @@ int main(int argc, char** argv) {
         std::printf("%s\n", line);
       }
       std::fflush(stdout);
-    });
+    };
+    try {
+      trainer.run(report);
+    } catch (const NonFiniteError& e) {
+      if (tty && root && !quiet) std::printf("\n");
+      // Nothing is saved from a diverged run; a file the user already had stays as it was.
+      throw NonFiniteError(e.message() + (save_path.empty() ? "" : "; --save '" + save_path + "' was not written"));
+    }
     if (!save_path.empty()) checkpoint::save_model(save_path, trainer.parameters(), *comm);
     if (root && !quiet && c.steps > 0)
       std::printf("done: %lld steps in %.1f s; loss %.6g -> %.6g (%.1fx lower)%s\n", static_cast<long long>(c.steps),

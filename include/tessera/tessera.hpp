@@ -10,5 +10,6 @@
 #include <tessera/core/build_info.hpp>
 #include <tessera/core/dtype.hpp>
 #include <tessera/core/error.hpp>
+#include <tessera/core/host_threads.hpp>
 #include <tessera/core/memory.hpp>
 #include <tessera/core/session.hpp>

@@ -97,8 +97,9 @@ class Backend {
   /// because the backend's call cannot itself time out. It must not depend on per-rank
   /// settings: every rank has to make the same choice.
   virtual bool needs_arrival_fence() const noexcept = 0;
-  virtual bool accepts_device_memory() const noexcept = 0;
-  virtual bool requires_device_memory() const noexcept { return false; }
+  /// True when the backend moves buffers in memory of this kind itself; the front end
+  /// stages the others through the other kind.
+  virtual bool accepts(MemoryKind memory) const noexcept = 0;
   /// True when bfloat16/float16 reductions and ReduceOp::Avg are handled by the backend;
   /// otherwise the front end reduces in float32 and divides by size().
   virtual bool native_half_and_avg() const noexcept { return false; }
@@ -117,8 +118,11 @@ class Backend {
 std::unique_ptr<Backend> make_mpi_backend(MPI_Comm group);
 std::unique_ptr<Backend> make_gloo_backend(MPI_Comm group, const CommOptions& options);
 std::unique_ptr<Backend> make_nccl_backend(MPI_Comm group, const CommOptions& options);
-/// True when a GPU is visible and NCCL is compiled in (for Backend::Auto).
+/// True when a GPU is visible and NCCL is compiled in.
 bool nccl_usable() noexcept;
+/// Collective over group: true when NCCL is compiled in and every rank of the group has a
+/// GPU that no other rank of the group on its node uses (what NCCL needs; for Backend::Auto).
+bool nccl_one_gpu_per_rank(MPI_Comm group);
 
 /// Waits for an MPI request, polling until it completes or the deadline passes (then
 /// throws DeadlineExceeded; the request is left pending). Spins briefly, then yields and

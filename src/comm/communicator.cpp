@@ -174,7 +174,10 @@ class CommState {
   std::atomic<Clock::rep> running_since{0};  // when the worker's current op started
   std::thread worker;
 
-  tessera::detail::HostStaging stage_in{true}, stage_out{true}, f32_in, f32_out;
+  // Staging buffers for ops whose memory the backend cannot use (or that need host-side
+  // widening and averaging), and float32 images of 16-bit floats.
+  tessera::detail::Staging stage_in, stage_out, device_in{MemoryKind::Device}, device_out{MemoryKind::Device}, f32_in,
+      f32_out;
   // Fence buffers (see fence()): owned here so an abandoned request never writes freed memory.
   Signature check_mine{};
   std::vector<Signature> check_all;
@@ -185,7 +188,8 @@ class CommState {
   struct Transfer {
     std::shared_ptr<WorkState> work;
     Deadline deadline;
-    std::vector<char> staging;  // host copy of a device buffer, for backends that need one
+    // A copy of the buffer in the other kind of memory, for backends that cannot use its own.
+    std::unique_ptr<tessera::detail::Staging> staging;
     // Last, so it is destroyed first: a cancelled request is done before its buffer goes.
     std::unique_ptr<PendingTransfer> pending;
   };
@@ -221,8 +225,10 @@ class CommState {
   }
 
   void received(Transfer& t) {
-    if (t.work->op.type == OpType::Recv && !t.staging.empty())
-      tessera::detail::copy_host_to_device(t.work->op.recv.data, t.staging.data(), t.staging.size());
+    const Op& op = t.work->op;
+    if (op.type == OpType::Recv && t.staging)
+      tessera::detail::copy_bytes(op.recv.data, op.memory, t.staging->data(), t.staging->kind(),
+                                  op.count * dtype_size(op.dtype));
   }
 
   void complete(Transfer& t, std::exception_ptr error) {
@@ -366,6 +372,10 @@ class CommState {
       if (is_collective(op.type) && (op.check || (backend->needs_arrival_fence() && op.type != OpType::Barrier)))
         fence(op, deadline);
       if (op.count == 0 && op.type != OpType::Barrier) return;
+      if (runs_alone(op)) {
+        run_alone(op);
+        return;
+      }
       execute_converted(op, deadline);
     } catch (const DeadlineExceeded& e) {
       timed_out(op, e.what);
@@ -389,10 +399,9 @@ class CommState {
     // collective cannot be cancelled) and may still write into them.
     check_mine = signature_of(op);
     check_all.resize(static_cast<std::size_t>(size));
-    const Signature& mine = check_mine;
     const std::vector<Signature>& all = check_all;
-    TESSERA_CHECK_MPI(MPI_Iallgather(&check_mine, sizeof mine, MPI_BYTE, check_all.data(), sizeof mine, MPI_BYTE,
-                                     fence_comm, &request));
+    TESSERA_CHECK_MPI(MPI_Iallgather(&check_mine, sizeof check_mine, MPI_BYTE, check_all.data(), sizeof check_mine,
+                                     MPI_BYTE, fence_comm, &request));
     wait_mpi(request, deadline, "waiting for every rank to arrive at the op check");
     if (std::all_of(all.begin(), all.end(), [&](const Signature& s) { return s == all[0]; })) return;
     // Every rank holds the same table, so every rank raises the same error.
@@ -443,38 +452,63 @@ class CommState {
     }
   }
 
+  /// True when the backend cannot reduce this op itself: 16-bit floats and averages are
+  /// then reduced in float32 (or float64) on the host.
+  bool needs_conversion(const Op& op) const {
+    if (!is_reduction(op.type) || backend->native_half_and_avg()) return false;
+    return op.reduce == ReduceOp::Avg || op.dtype == DType::BFloat16 || op.dtype == DType::Float16;
+  }
+
+  /// True for an op that a communicator of one rank runs without its backend, because the
+  /// backend would need staging or conversion: nothing has to move, so nothing is staged.
+  bool runs_alone(const Op& op) const { return size == 1 && (needs_conversion(op) || !backend->accepts(op.memory)); }
+
+  /// An op on a communicator of one rank: the result is the input, so at most a local copy.
+  void run_alone(const Op& op) {
+    if (op.type == OpType::Broadcast || op.type == OpType::Barrier) return;
+    const auto [in_n, out_n] = extents(op);
+    const std::size_t bytes = std::min(in_n, out_n) * dtype_size(op.dtype);
+    if (op.send.data != op.recv.data)
+      tessera::detail::copy_bytes(op.recv.data, op.memory, op.send.data, op.memory, bytes);
+  }
+
+  /// Runs op on the backend, staging its buffers through the other kind of memory when the
+  /// backend cannot use theirs, and reducing 16-bit floats and averages on the host when the
+  /// backend cannot. The backend's own memory and dtypes go straight through.
   void execute_converted(const Op& op, const Deadline& deadline) {
-    const bool reduction = is_reduction(op.type) && !backend->native_half_and_avg();
-    const bool wide = reduction && (op.dtype == DType::BFloat16 || op.dtype == DType::Float16);
-    const bool average = reduction && op.reduce == ReduceOp::Avg;
-    // Widening and averaging run on the host, so they need host copies even when the
-    // backend could take device memory (CUDA-aware MPI).
-    const bool stage = op.memory == MemoryKind::Device && (!backend->accepts_device_memory() || wide || average);
-    if (!stage && !wide && !average) {
+    const bool convert = needs_conversion(op);
+    const MemoryKind wire =
+        convert ? MemoryKind::Host : (backend->accepts(op.memory) ? op.memory : tessera::detail::other(op.memory));
+    const bool stage = wire != op.memory;
+    const bool wide = convert && (op.dtype == DType::BFloat16 || op.dtype == DType::Float16);
+    const bool average = convert && op.reduce == ReduceOp::Avg;
+    if (!stage && !convert) {
       backend->execute(op, deadline);
       return;
     }
     const auto [in_n, out_n] = extents(op);
     const std::size_t esz = dtype_size(op.dtype);
-    Op host = op;
+    Op staged = op;
     if (stage) {
-      void* out = stage_out.reserve(std::max<std::size_t>(out_n, 1) * esz);
+      auto& in_buffer = wire == MemoryKind::Host ? stage_in : device_in;
+      auto& out_buffer = wire == MemoryKind::Host ? stage_out : device_out;
+      void* out = out_buffer.reserve(std::max<std::size_t>(out_n, 1) * esz);
       if (op.type == OpType::Broadcast) {
-        tessera::detail::copy_device_to_host(out, op.recv.data, op.count * esz);
-        host.send.data = out;
+        if (rank == op.root) tessera::detail::copy_bytes(out, wire, op.recv.data, op.memory, op.count * esz);
+        staged.send.data = out;
       } else {
-        void* in = stage_in.reserve(std::max<std::size_t>(in_n, 1) * esz);
-        if (in_n > 0) tessera::detail::copy_device_to_host(in, op.send.data, in_n * esz);
-        host.send.data = in;
+        void* in = in_buffer.reserve(std::max<std::size_t>(in_n, 1) * esz);
+        tessera::detail::copy_bytes(in, wire, op.send.data, op.memory, in_n * esz);
+        staged.send.data = in;
       }
-      host.recv.data = out;
-      host.memory = host.send.memory = host.recv.memory = MemoryKind::Host;
+      staged.recv.data = out;
+      staged.memory = staged.send.memory = staged.recv.memory = wire;
     }
-    Op native = host;
+    Op native = staged;
     if (wide) {
       auto* in = static_cast<float*>(f32_in.reserve(std::max<std::size_t>(in_n, 1) * 4));
       auto* out = static_cast<float*>(f32_out.reserve(std::max<std::size_t>(out_n, 1) * 4));
-      widen(in, host.send.data, op.dtype, in_n);
+      widen(in, staged.send.data, op.dtype, in_n);
       native.send = Buffer(in, in_n, DType::Float32, MemoryKind::Host);
       native.recv = Buffer(out, out_n, DType::Float32, MemoryKind::Host);
       native.dtype = DType::Float32;
@@ -491,8 +525,8 @@ class CommState {
         for (std::size_t i = 0; i < out_n; ++i) p[i] *= inv;
       }
     }
-    if (wide && out_n > 0) narrow(host.recv.data, static_cast<const float*>(native.recv.data), op.dtype, out_n);
-    if (stage && out_n > 0) tessera::detail::copy_host_to_device(op.recv.data, host.recv.data, out_n * esz);
+    if (wide && out_n > 0) narrow(staged.recv.data, static_cast<const float*>(native.recv.data), op.dtype, out_n);
+    if (stage) tessera::detail::copy_bytes(op.recv.data, op.memory, staged.recv.data, wire, out_n * esz);
   }
 
   /// Elements this rank reads from send and writes to recv.
@@ -643,7 +677,12 @@ Communicator::~Communicator() {
 
 std::unique_ptr<Communicator> Communicator::create(Backend backend, CommOptions options) {
   Session::current();
-  if (backend == Backend::Auto) backend = detail::nccl_usable() ? Backend::Nccl : Backend::Mpi;
+  if (backend == Backend::Auto) {
+    // NCCL when the model's memory is a GPU's and every rank has a GPU of its own; MPI
+    // otherwise (device buffers are then staged through host memory).
+    const bool device_build = memory_kind_of_space<DeviceMemorySpace>() == MemoryKind::Device;
+    backend = device_build && detail::nccl_one_gpu_per_rank(MPI_COMM_WORLD) ? Backend::Nccl : Backend::Mpi;
+  }
   if (!backend_compiled(backend))
     throw NotCompiledError(std::string("the ") + backend_name(backend) +
                            " backend is not compiled in; rebuild with TESSERA_ENABLE_" +
@@ -720,6 +759,9 @@ Work Communicator::submit(Op op, bool async) {
   op.check = s.options.check;
   if (detail::is_collective(op.type)) op.coll_seq = s.progress.collectives_issued.fetch_add(1);
   s.progress.last_op.store(static_cast<std::uint8_t>(op.type));
+  // Device buffers are written by kernels that may still run (asynchronously, on another
+  // stream than the backend's): wait for them here, on the thread that launched them.
+  if (op.memory == MemoryKind::Device && !(s.runs_alone(op) && op.send.data == op.recv.data)) Kokkos::fence();
   if (!detail::is_collective(op.type)) return submit_transfer(op, async);
   if (!async && s.idle()) {
     s.run(op);
@@ -747,16 +789,18 @@ Work Communicator::submit_transfer(Op op, bool async) {
   t.work = w;
   t.deadline = detail::Deadline::after(s.options.timeout);
   Op posted = op;
-  if (op.memory == MemoryKind::Device && !s.backend->accepts_device_memory()) {
-    t.staging.resize(op.count * dtype_size(op.dtype));
-    Buffer host(t.staging.data(), op.count, op.dtype, MemoryKind::Host);
+  if (!s.backend->accepts(op.memory)) {
+    const MemoryKind wire = tessera::detail::other(op.memory);
+    const std::size_t bytes = op.count * dtype_size(op.dtype);
+    t.staging = std::make_unique<tessera::detail::Staging>(wire);
+    Buffer staged(t.staging->reserve(bytes), op.count, op.dtype, wire);
     if (op.type == OpType::Send) {
-      tessera::detail::copy_device_to_host(t.staging.data(), op.send.data, t.staging.size());
-      posted.send = host;
+      tessera::detail::copy_bytes(staged.data, wire, op.send.data, op.memory, bytes);
+      posted.send = staged;
     } else {
-      posted.recv = host;
+      posted.recv = staged;
     }
-    posted.memory = MemoryKind::Host;
+    posted.memory = wire;
   }
   try {
     t.pending = s.backend->post(posted, t.deadline);
@@ -799,7 +843,6 @@ const char* offset_of(const Buffer& base, std::size_t elements) {
 struct Checker {
   const char* fn;
   const detail::CommState& s;
-  bool requires_device;
 
   void data(const Buffer& b, std::size_t needed, const char* which) const {
     if (needed > 0 && b.data == nullptr)
@@ -829,12 +872,6 @@ struct Checker {
       bad(fn, std::string("avg is defined for floating-point dtypes only, not ") + dtype_name(dtype) +
                   "; use sum and divide");
   }
-  void memory(MemoryKind m) const {
-    if (requires_device && m == MemoryKind::Host)
-      bad(fn,
-          "the NCCL backend needs device memory (cudaMalloc or a CUDA-space view); use the mpi or "
-          "gloo backend for host buffers");
-  }
   void no_overlap(const Buffer& a, std::size_t a_n, const Buffer& b, std::size_t b_n,
                   const std::string& allowed) const {
     if (overlaps(a, a_n, b, b_n))
@@ -843,9 +880,7 @@ struct Checker {
   }
 };
 
-Checker checker(const char* fn, const detail::CommState& s) {
-  return Checker{fn, s, s.backend->requires_device_memory()};
-}
+Checker checker(const char* fn, const detail::CommState& s) { return Checker{fn, s}; }
 }  // namespace
 
 namespace {
@@ -855,7 +890,6 @@ Op make_broadcast(const CommState& s, Buffer b, int root) {
   const auto c = checker("broadcast", s);
   c.root(root);
   c.data(b, b.count, "buffer");
-  c.memory(b.memory);
   Op op;
   op.type = OpType::Broadcast;
   op.send = op.recv = b;
@@ -879,7 +913,6 @@ Op make_scatter(const CommState& s, Buffer send, Buffer recv, int root) {
   } else {
     send = Buffer(nullptr, 0, recv.dtype, recv.memory);
   }
-  c.memory(recv.memory);
   Op op;
   op.type = OpType::Scatter;
   op.send = send;
@@ -904,7 +937,6 @@ Op make_gather(const CommState& s, Buffer send, Buffer recv, int root) {
   } else {
     recv = Buffer(nullptr, 0, send.dtype, send.memory);
   }
-  c.memory(send.memory);
   Op op;
   op.type = OpType::Gather;
   op.send = send;
@@ -929,7 +961,6 @@ Op make_reduce(const CommState& s, Buffer send, Buffer recv, ReduceOp rop, int r
   } else {
     recv = Buffer(nullptr, 0, send.dtype, send.memory);
   }
-  c.memory(send.memory);
   Op op;
   op.type = OpType::Reduce;
   op.send = send;
@@ -950,7 +981,6 @@ Op make_all_reduce(const CommState& s, Buffer send, Buffer recv, ReduceOp rop) {
   c.reduce_op(rop, send.dtype);
   c.capacity(recv, n, "output", "input");
   if (send.data != recv.data) c.no_overlap(send, n, recv, n, "output == input");
-  c.memory(send.memory);
   Op op;
   op.type = OpType::AllReduce;
   op.send = send;
@@ -970,7 +1000,6 @@ Op make_all_gather(const CommState& s, Buffer send, Buffer recv) {
   c.capacity(recv, all, "output", "size()*input = " + std::to_string(s.size) + "*" + std::to_string(n));
   if (static_cast<const char*>(send.data) != offset_of(recv, n * static_cast<std::size_t>(s.rank)))
     c.no_overlap(send, n, recv, all, "input == output + rank*count");
-  c.memory(send.memory);
   Op op;
   op.type = OpType::AllGather;
   op.send = send;
@@ -993,7 +1022,6 @@ Op make_reduce_scatter(const CommState& s, Buffer send, Buffer recv, ReduceOp ro
   c.capacity(recv, n, "output", "input/size() = " + std::to_string(send.count) + "/" + std::to_string(s.size));
   if (static_cast<const char*>(recv.data) != offset_of(send, n * static_cast<std::size_t>(s.rank)))
     c.no_overlap(send, send.count, recv, n, "output == input + rank*count");
-  c.memory(send.memory);
   Op op;
   op.type = OpType::ReduceScatter;
   op.send = send;
@@ -1015,7 +1043,6 @@ Op make_all_to_all(const CommState& s, Buffer send, Buffer recv) {
   c.same_type(send, recv);
   c.capacity(recv, send.count, "output", "input");
   c.no_overlap(send, send.count, recv, send.count, "");
-  c.memory(send.memory);
   Op op;
   op.type = OpType::AllToAll;
   op.send = send;
@@ -1035,7 +1062,6 @@ Op make_p2p(const CommState& s, OpType type, Buffer b, int peer, int tag) {
   if (tag < 0) bad(fn, "tag " + std::to_string(tag) + " is negative; use a tag >= 0");
   if (peer == s.rank) bad(fn, "peer is this rank itself (" + std::to_string(peer) + "); copy the data locally");
   c.data(b, b.count, "buffer");
-  c.memory(b.memory);
   Op op;
   op.type = type;
   (type == OpType::Send ? op.send : op.recv) = b;

@@ -1,9 +1,11 @@
 #pragma once
-// Internal: host <-> device copies and pinned host buffers. Without CUDA in the build the
-// copies throw NotCompiledError (no device memory can exist then) and HostStaging uses
-// ordinary memory.
+// Internal: copies between host and device memory, and grow-only staging buffers of either
+// kind. Without CUDA in the build no device memory can exist: copies that involve it and
+// device staging throw NotCompiledError, and host staging uses ordinary memory.
 
 #include <cstddef>
+
+#include <tessera/core/memory.hpp>
 
 namespace tessera::detail {
 
@@ -11,25 +13,32 @@ namespace tessera::detail {
 int current_device() noexcept;
 /// Makes `device` the calling thread's CUDA device (background threads start on device 0).
 void set_device(int device);
-void copy_device_to_host(void* host, const void* device, std::size_t bytes);
-void copy_host_to_device(void* device, const void* host, std::size_t bytes);
+/// Copies `bytes` from `src` (in memory `from`) to `dst` (in memory `to`); returns when done.
+void copy_bytes(void* dst, MemoryKind to, const void* src, MemoryKind from, std::size_t bytes);
 
-/// A grow-only host buffer. With `pinned`, it is page-locked when a CUDA device is usable,
-/// so device copies run at full speed; otherwise (or without CUDA) it is ordinary memory.
-class HostStaging {
+/// The other kind of memory.
+constexpr MemoryKind other(MemoryKind m) { return m == MemoryKind::Host ? MemoryKind::Device : MemoryKind::Host; }
+
+/// A grow-only buffer in host or device memory. Host buffers are page-locked when a CUDA
+/// device is usable, so device copies run at full speed; otherwise (or without CUDA) they
+/// are ordinary memory.
+class Staging {
  public:
-  explicit HostStaging(bool pinned = false) : pinned_(pinned) {}
-  ~HostStaging();
-  HostStaging(const HostStaging&) = delete;
-  HostStaging& operator=(const HostStaging&) = delete;
+  explicit Staging(MemoryKind kind = MemoryKind::Host) : kind_(kind) {}
+  ~Staging() { release(); }
+  Staging(const Staging&) = delete;
+  Staging& operator=(const Staging&) = delete;
   /// At least `bytes` bytes; contents are not preserved across growth.
   void* reserve(std::size_t bytes);
+  void* data() const noexcept { return data_; }
+  MemoryKind kind() const noexcept { return kind_; }
 
  private:
+  void release() noexcept;
+  MemoryKind kind_;
   void* data_ = nullptr;
   std::size_t capacity_ = 0;
-  bool pinned_ = false;
-  bool is_pinned_ = false;  // how data_ was allocated
+  bool pinned_ = false;  // how a host data_ was allocated
 };
 
 }  // namespace tessera::detail

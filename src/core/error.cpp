@@ -27,12 +27,20 @@ namespace detail {
 void set_error_rank(int rank) noexcept { g_error_rank.store(rank); }
 
 const char* short_path(const char* file) noexcept {
-  // Keep the part from the project's top-level folders on, so messages do not carry
-  // the build machine's absolute paths.
+  // Messages name files relative to the source tree, not by the build machine's absolute
+  // paths. Files of this tree lose its prefix; others (e.g. an installed header compiled
+  // into a user's program) keep what follows the last of the tree's top-level folder names,
+  // so that a folder called src above the checkout does not cut the path short.
+#ifdef TESSERA_SOURCE_DIR
+  const std::size_t n = std::strlen(TESSERA_SOURCE_DIR);
+  if (std::strncmp(file, TESSERA_SOURCE_DIR, n) == 0 && file[n] == '/') return file + n + 1;
+#endif
+  const char* best = nullptr;
   for (const char* marker : {"/src/", "/include/", "/apps/", "/perf/", "/tests/"}) {
-    if (const char* p = std::strstr(file, marker)) return p + 1;
+    for (const char* p = std::strstr(file, marker); p != nullptr; p = std::strstr(p + 1, marker))
+      if (best == nullptr || p > best) best = p;
   }
-  return file;
+  return best != nullptr ? best + 1 : file;
 }
 }  // namespace detail
 }  // namespace tessera

@@ -1,11 +1,12 @@
-// Built when the CUDA toolkit is present: pointer queries, copies and pinned staging.
+// Built when the CUDA toolkit is present: pointer queries, copies and staging buffers.
 #include <tessera/core/memory.hpp>
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
 
 #include "core/cuda_check.hpp"
 #include "core/device_copy.hpp"
-
-#include <cstdlib>
-#include <string>
 
 namespace tessera {
 MemoryKind memory_kind_of(const void* ptr) noexcept {
@@ -28,31 +29,42 @@ int current_device() noexcept {
   return device;
 }
 void set_device(int device) { TESSERA_CHECK_CUDA(cudaSetDevice(device)); }
-void copy_device_to_host(void* host, const void* device, std::size_t bytes) {
-  TESSERA_CHECK_CUDA(cudaMemcpy(host, device, bytes, cudaMemcpyDeviceToHost));
-}
-void copy_host_to_device(void* device, const void* host, std::size_t bytes) {
-  TESSERA_CHECK_CUDA(cudaMemcpy(device, host, bytes, cudaMemcpyHostToDevice));
+
+void copy_bytes(void* dst, MemoryKind to, const void* src, MemoryKind from, std::size_t bytes) {
+  if (bytes == 0) return;
+  if (to == MemoryKind::Host && from == MemoryKind::Host) {
+    std::memmove(dst, src, bytes);
+    return;
+  }
+  const cudaMemcpyKind kind = to == MemoryKind::Host     ? cudaMemcpyDeviceToHost
+                              : from == MemoryKind::Host ? cudaMemcpyHostToDevice
+                                                         : cudaMemcpyDeviceToDevice;
+  TESSERA_CHECK_CUDA(cudaMemcpy(dst, src, bytes, kind));
 }
 
-HostStaging::~HostStaging() {
+void Staging::release() noexcept {
   if (data_ == nullptr) return;
-  if (is_pinned_)
+  if (kind_ == MemoryKind::Device)
+    cudaFree(data_);
+  else if (pinned_)
     cudaFreeHost(data_);
   else
     std::free(data_);
-}
-void* HostStaging::reserve(std::size_t bytes) {
-  if (bytes <= capacity_) return data_;
-  this->~HostStaging();
   data_ = nullptr;
   capacity_ = 0;
-  is_pinned_ = false;
-  // A CUDA build on a machine without a driver or GPU still runs host-only code.
-  if (pinned_ && cudaMallocHost(&data_, bytes) == cudaSuccess) {
-    is_pinned_ = true;
+}
+
+void* Staging::reserve(std::size_t bytes) {
+  if (bytes <= capacity_) return data_;
+  release();
+  pinned_ = false;
+  if (kind_ == MemoryKind::Device) {
+    TESSERA_CHECK_CUDA(cudaMalloc(&data_, bytes));
+  } else if (cudaMallocHost(&data_, bytes) == cudaSuccess) {
+    pinned_ = true;
   } else {
-    if (pinned_) cudaGetLastError();
+    // A CUDA build on a machine without a driver or GPU still runs host-only code.
+    cudaGetLastError();
     data_ = std::malloc(bytes);
     if (data_ == nullptr) throw Error("out of host memory for a " + std::to_string(bytes) + "-byte buffer");
   }

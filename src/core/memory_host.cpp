@@ -3,6 +3,8 @@
 #include <tessera/core/memory.hpp>
 
 #include <cstdlib>
+#include <cstring>
+#include <string>
 
 #include "core/device_copy.hpp"
 
@@ -10,22 +12,29 @@ namespace tessera {
 MemoryKind memory_kind_of(const void*) noexcept { return MemoryKind::Host; }
 
 namespace detail {
+namespace {
+[[noreturn]] void no_device() {
+  throw NotCompiledError(
+      "device memory needs CUDA, which is not compiled in; rebuild with the CUDA toolkit available "
+      "(TESSERA_ENABLE_NCCL=ON) and a Kokkos with its CUDA backend");
+}
+}  // namespace
+
 int current_device() noexcept { return -1; }
 void set_device(int) {}
-void copy_device_to_host(void*, const void*, std::size_t) {
-  throw NotCompiledError(
-      "device memory needs CUDA, which is not compiled in; rebuild with "
-      "the CUDA toolkit available (TESSERA_ENABLE_NCCL=ON)");
+void copy_bytes(void* dst, MemoryKind to, const void* src, MemoryKind from, std::size_t bytes) {
+  if (to == MemoryKind::Device || from == MemoryKind::Device) no_device();
+  if (bytes > 0) std::memmove(dst, src, bytes);
 }
-void copy_host_to_device(void* d, const void* h, std::size_t b) { copy_device_to_host(d, h, b); }
 
-HostStaging::~HostStaging() { std::free(data_); }
-void* HostStaging::reserve(std::size_t bytes) {
+void Staging::release() noexcept { std::free(data_); }
+void* Staging::reserve(std::size_t bytes) {
+  if (kind_ == MemoryKind::Device) no_device();
   if (bytes > capacity_) {
     std::free(data_);
     data_ = std::malloc(bytes);
+    capacity_ = data_ != nullptr ? bytes : 0;
     if (data_ == nullptr) throw Error("out of host memory for a " + std::to_string(bytes) + "-byte buffer");
-    capacity_ = bytes;
   }
   return data_;
 }

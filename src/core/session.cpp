@@ -79,6 +79,11 @@ void Session::start_runtimes(int* argc, char*** argv) {
   TESSERA_CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
   TESSERA_CHECK_MPI(MPI_Comm_size(MPI_COMM_WORLD, &size_));
   detail::set_error_rank(rank_);
+  MPI_Comm node;
+  TESSERA_CHECK_MPI(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node));
+  MPI_Comm_rank(node, &local_rank_);
+  MPI_Comm_size(node, &local_size_);
+  MPI_Comm_free(&node);
   if (provided < MPI_THREAD_MULTIPLE) {
     if (owns_mpi_) MPI_Finalize();
     detail::set_error_rank(-1);

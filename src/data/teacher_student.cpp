@@ -6,6 +6,27 @@
 namespace tessera::data {
 namespace {
 
+// Kernels live in free functions: nvcc does not allow a device lambda in a constructor or a
+// private member function.
+void fill_normal(const View2D<float>& x, std::uint64_t key) {
+  const std::size_t dim = x.extent(1);
+  Kokkos::parallel_for(
+      "tessera::ts::inputs", Kokkos::RangePolicy<>(0, x.extent(0) * dim),
+      KOKKOS_LAMBDA(std::size_t k) { x(k / dim, k % dim) = normal01(key, k); });
+}
+
+void gather_rows(const View1D<const std::int64_t>& rows, const View2D<const float>& x, const View2D<const float>& t,
+                 const View2D<float>& inputs, const View2D<float>& targets) {
+  const std::size_t dim = x.extent(1);
+  Kokkos::parallel_for(
+      "tessera::ts::gather", Kokkos::RangePolicy<>(0, rows.extent(0) * dim), KOKKOS_LAMBDA(std::size_t k) {
+        const std::size_t r = k / dim, j = k % dim;
+        const auto s = static_cast<std::size_t>(rows(r));
+        inputs(r, j) = x(s, j);
+        targets(r, j) = t(s, j);
+      });
+}
+
 class TeacherStudent final : public Dataset {
  public:
   TeacherStudent(std::int64_t samples, std::size_t dim, std::size_t teacher_layers, std::uint64_t seed)
@@ -15,11 +36,7 @@ class TeacherStudent final : public Dataset {
     // The whole set is made once: per-step loading is then a copy, as from a real dataset.
     inputs_ = View2D<float>("tessera::ts::inputs", static_cast<std::size_t>(samples), dim);
     targets_ = View2D<float>("tessera::ts::targets", static_cast<std::size_t>(samples), dim);
-    auto x = inputs_;
-    const std::uint64_t key = stream_key(seed, "data.inputs");
-    Kokkos::parallel_for(
-        "tessera::ts::inputs", Kokkos::RangePolicy<>(0, static_cast<std::size_t>(samples) * dim),
-        KOKKOS_LAMBDA(std::size_t k) { x(k / dim, k % dim) = normal01(key, k); });
+    fill_normal(inputs_, stream_key(seed, "data.inputs"));
     nn::ParameterStore store;
     nn::MLP teacher(store, teacher_layers, dim, "teacher");
     store.initialize(seed ^ 0x7EAC4E55ull);  // a stream the student's parameters never use
@@ -40,21 +57,11 @@ class TeacherStudent final : public Dataset {
 
   void load(const std::vector<std::int64_t>& indices, const View2D<float>& inputs, const View2D<float>& targets,
             const View1D<std::int64_t>&) override {
-    const std::size_t dim = dim_;
     if (rows_.extent(0) != indices.size()) rows_ = View1D<std::int64_t>("tessera::ts::rows", indices.size());
     auto h = Kokkos::create_mirror_view(rows_);
     for (std::size_t r = 0; r < indices.size(); ++r) h(r) = indices[r];
     Kokkos::deep_copy(rows_, h);
-    auto rows = rows_;
-    auto x = inputs_;
-    auto t = targets_;
-    Kokkos::parallel_for(
-        "tessera::ts::gather", Kokkos::RangePolicy<>(0, indices.size() * dim), KOKKOS_LAMBDA(std::size_t k) {
-          const std::size_t r = k / dim, j = k % dim;
-          const auto s = static_cast<std::size_t>(rows(r));
-          inputs(r, j) = x(s, j);
-          targets(r, j) = t(s, j);
-        });
+    gather_rows(rows_, inputs_, targets_, inputs, targets);
   }
 
  private:

@@ -5,6 +5,7 @@
 #include <string>
 
 #include <tessera/core/error.hpp>
+#include <tessera/core/host_threads.hpp>
 
 namespace tessera::kernels {
 namespace detail {
@@ -31,6 +32,7 @@ void gemm(Trans ta, Trans tb, float alpha, const View2D<const float>& a, const V
   if constexpr (memory_kind_of_space<DeviceMemorySpace>() == MemoryKind::Device) {
     detail::gemm_device(tA, tB, m, n, k, alpha, a.data(), lda, b.data(), ldb, beta, c.data(), ldc);
   } else {
+    host_threads();  // the thread count is settled before the BLAS starts its threads
     cblas_sgemm(CblasRowMajor, tA ? CblasTrans : CblasNoTrans, tB ? CblasTrans : CblasNoTrans, m, n, k, alpha, a.data(),
                 lda > 0 ? lda : 1, b.data(), ldb > 0 ? ldb : 1, beta, c.data(), ldc > 0 ? ldc : 1);
   }

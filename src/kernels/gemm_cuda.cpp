@@ -1,6 +1,7 @@
 // cuBLAS for matrices in CUDA memory (built when the CUDA toolkit is present). cuBLAS is
 // column-major: a row-major C = op(A) op(B) is the column-major C^T = op(B)^T op(A)^T.
 #include <cublas_v2.h>
+#include <Kokkos_Core.hpp>
 
 #include <mutex>
 #include <string>
@@ -15,6 +16,11 @@ cublasHandle_t handle() {
     const cublasStatus_t rc = cublasCreate(&created);
     if (rc != CUBLAS_STATUS_SUCCESS)
       throw Error("cublasCreate failed: " + std::string(cublasGetStatusString(rc)), __FILE__, __LINE__);
+#ifdef KOKKOS_ENABLE_CUDA
+    // On the stream of Kokkos' kernels, so GEMMs and elementwise kernels run in order with
+    // no implicit synchronisation through the legacy default stream.
+    cublasSetStream(created, Kokkos::DefaultExecutionSpace().cuda_stream());
+#endif
     return created;
   }();
   return h;

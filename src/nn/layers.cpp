@@ -48,7 +48,7 @@ View2D<float> Linear::forward(const View2D<const float>& x) {
 View2D<float> Linear::backward(const View2D<const float>& dy) {
   const std::size_t batch = dy.extent(0);
   // dW += dy^T x
-  kernels::gemm(Trans::Yes, Trans::No, 1.0f, dy, x_, 1.0f, weight_->grad2d());
+  kernels::gemm(Trans::Yes, Trans::No, 1.0f, dy, x_, weight_->take_grad_beta(), weight_->grad2d());
   grad_ready(*weight_);
   if (bias_ != nullptr) {
     // db += dy^T 1: a GEMV through the GEMM path, reading dy row by row.
@@ -56,9 +56,11 @@ View2D<float> Linear::backward(const View2D<const float>& dy) {
       ones_ = View2D<float>("tessera::linear::ones", batch, 1);
       Kokkos::deep_copy(ones_, 1.0f);
     }
-    kernels::gemm(Trans::Yes, Trans::No, 1.0f, dy, ones_, 1.0f, View2D<float>(bias_->grad.data(), bias_->numel, 1));
+    kernels::gemm(Trans::Yes, Trans::No, 1.0f, dy, ones_, bias_->take_grad_beta(),
+                  View2D<float>(bias_->grad.data(), bias_->numel, 1));
     grad_ready(*bias_);
   }
+  if (!input_grad_) return {};
   // dx = dy W, computed after the gradients are handed over so their communication overlaps it.
   ensure_shape(dx_, batch, in_, "tessera::linear::dx");
   kernels::gemm(Trans::No, Trans::No, 1.0f, dy, weight_->value2d(), 0.0f, dx_);
@@ -87,6 +89,7 @@ View2D<float> GELU::backward(const View2D<const float>& dy) {
     throw ConfigError("GELU::backward: gradient is " + std::to_string(dy.extent(0)) + "x" +
                       std::to_string(dy.extent(1)) + " but forward saw " + std::to_string(x_.extent(0)) + "x" +
                       std::to_string(x_.extent(1)));
+  if (!input_grad_) return {};
   ensure_shape(dx_, x_.extent(0), x_.extent(1), "tessera::gelu::dx");
   const auto dx = flat(dx_);
   const auto x = flat(x_);
@@ -107,6 +110,11 @@ MLP::MLP(ParameterStore& store, std::size_t layers, std::size_t dim, const std::
     linears_.push_back(std::make_unique<Linear>(store, prefix + "." + std::to_string(i), dim, dim));
     if (i + 1 < layers) gelus_.push_back(std::make_unique<GELU>());
   }
+}
+
+void MLP::set_input_grad(bool needed) {
+  input_grad_ = needed;
+  linears_.front()->set_input_grad(needed);
 }
 
 void MLP::set_grad_ready_hook(GradReadyHook hook) {

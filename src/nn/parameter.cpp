@@ -60,7 +60,17 @@ void ParameterStore::initialize(std::uint64_t seed) {
   zero_grad();
 }
 
-void ParameterStore::zero_grad() { Kokkos::deep_copy(grads_, 0.0f); }
+void ParameterStore::zero_grad() {
+  for (auto& p : params_) p.grad_pending_zero = true;
+}
+
+void ParameterStore::settle_grads() {
+  for (auto& p : params_) {
+    if (!p.grad_pending_zero) continue;
+    Kokkos::deep_copy(p.grad, 0.0f);
+    p.grad_pending_zero = false;
+  }
+}
 
 Parameter& ParameterStore::find(const std::string& name) {
   for (auto& p : params_)

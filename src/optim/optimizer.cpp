@@ -3,6 +3,8 @@
 
 #include <cmath>
 
+#include "kernels/summing_loop.hpp"
+
 namespace tessera::optim {
 namespace {
 void require_same_length(const View1D<float>& p, const View1D<float>& g, const char* who) {
@@ -22,20 +24,22 @@ SGD::SGD(View1D<float> params, View1D<float> grads, SGDOptions options)
 
 void SGD::begin_step() { ++t_; }
 
-void SGD::update(std::size_t offset, std::size_t count) {
+double SGD::update(std::size_t offset, std::size_t count) {
   auto p = params_;
   auto g = grads_;
   auto b = momentum_;
   const float lr = options_.lr, mu = options_.momentum, wd = options_.weight_decay;
   const bool use_momentum = mu > 0, first = t_ == 1;
-  Kokkos::parallel_for(
-      "tessera::sgd", Kokkos::RangePolicy<>(offset, offset + count), KOKKOS_LAMBDA(std::size_t i) {
-        float d = g(i) + wd * p(i);
+  return kernels::for_each_summing(
+      "tessera::sgd", offset, offset + count, KOKKOS_LAMBDA(std::size_t i) {
+        const float gi = g(i);
+        float d = gi + wd * p(i);
         if (use_momentum) {
           d = first ? d : mu * b(i) + d;
           b(i) = d;
         }
         p(i) -= lr * d;
+        return gi * gi;
       });
 }
 
@@ -57,7 +61,7 @@ void AdamW::begin_step() {
   inv_sqrt_c2_ = static_cast<float>(1.0 / std::sqrt(c2));
 }
 
-void AdamW::update(std::size_t offset, std::size_t count) {
+double AdamW::update(std::size_t offset, std::size_t count) {
   auto p = params_;
   auto g = grads_;
   auto m = m_;
@@ -65,14 +69,15 @@ void AdamW::update(std::size_t offset, std::size_t count) {
   const float b1 = options_.beta1, b2 = options_.beta2, eps = options_.eps;
   const float decay = 1.0f - options_.lr * options_.weight_decay;
   const float step_size = step_size_, inv_sqrt_c2 = inv_sqrt_c2_;
-  Kokkos::parallel_for(
-      "tessera::adamw", Kokkos::RangePolicy<>(offset, offset + count), KOKKOS_LAMBDA(std::size_t i) {
+  return kernels::for_each_summing(
+      "tessera::adamw", offset, offset + count, KOKKOS_LAMBDA(std::size_t i) {
         const float gi = g(i);
         const float mi = b1 * m(i) + (1.0f - b1) * gi;
         const float vi = b2 * v(i) + (1.0f - b2) * gi * gi;
         m(i) = mi;
         v(i) = vi;
         p(i) = p(i) * decay - step_size * mi / (sqrtf(vi) * inv_sqrt_c2 + eps);
+        return gi * gi;
       });
 }
 

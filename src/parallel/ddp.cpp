@@ -4,6 +4,19 @@
 #include <cstring>
 
 namespace tessera::parallel {
+namespace {
+// Free functions: nvcc does not allow a device lambda in a private member function.
+void to_bf16(const View1D<const float>& from, const View1D<bfloat16>& to) {
+  Kokkos::parallel_for(
+      "tessera::ddp::to_bf16", Kokkos::RangePolicy<>(0, from.size()),
+      KOKKOS_LAMBDA(std::size_t i) { to(i) = bfloat16(from(i)); });
+}
+void from_bf16(const View1D<const bfloat16>& from, const View1D<float>& to) {
+  Kokkos::parallel_for(
+      "tessera::ddp::from_bf16", Kokkos::RangePolicy<>(0, from.size()),
+      KOKKOS_LAMBDA(std::size_t i) { to(i) = static_cast<float>(from(i)); });
+}
+}  // namespace
 
 DistributedDataParallel::DistributedDataParallel(nn::Module& model, nn::ParameterStore& store, comm::Communicator& comm,
                                                  DDPOptions options)
@@ -84,7 +97,7 @@ void DistributedDataParallel::begin_step() {
 }
 
 void DistributedDataParallel::on_grad_ready(nn::Parameter& p) {
-  if (!sync_ || !in_step_) return;
+  if (!sync_ || !in_step_ || comm_.size() == 1) return;  // one replica: its gradients are the average
   ++ready_;
   const std::size_t b = bucket_of_.at(&p);
   if (pending_[b] == 0)
@@ -101,17 +114,11 @@ void DistributedDataParallel::launch(std::size_t b) {
   stats_.ready_at_launch.push_back(ready_);
   const auto& bucket = buckets_[b];
   View1D<float> grads(store_.grads().data() + bucket.offset, bucket.numel);
+  // The communicator waits for the kernels that write the gradients before it reads them.
   if (options_.grad_dtype == DType::BFloat16) {
-    auto wire = wire_[b];
-    Kokkos::parallel_for(
-        "tessera::ddp::to_bf16", Kokkos::RangePolicy<>(0, bucket.numel),
-        KOKKOS_LAMBDA(std::size_t i) { wire(i) = bfloat16(grads(i)); });
-    Kokkos::fence();
-    work_[b] = comm_.all_reduce_async(wire, comm::ReduceOp::Avg);
+    to_bf16(grads, wire_[b]);
+    work_[b] = comm_.all_reduce_async(wire_[b], comm::ReduceOp::Avg);
   } else {
-    // The gradients come from kernels that may still be running (on a GPU, asynchronously);
-    // the backend reads the buffer from another thread or stream.
-    Kokkos::fence();
     work_[b] = comm_.all_reduce_async(grads, comm::ReduceOp::Avg);
   }
 }
@@ -122,24 +129,26 @@ void DistributedDataParallel::finish_gradient_sync(const std::function<void(std:
         "DistributedDataParallel::finish_gradient_sync without begin_step() before backward; the "
         "gradients would not be averaged");
   const auto start = std::chrono::steady_clock::now();
-  for (std::size_t b = 0; b < buckets_.size(); ++b)
-    if (!launched_[b]) launch(b);  // e.g. parameters unused in this step's graph
+  store_.settle_grads();  // gradients of parameters this step's backward did not reach are zero
   double callbacks = 0;
-  for (std::size_t b = 0; b < buckets_.size(); ++b) {
-    work_[b].wait();
-    const auto& bucket = buckets_[b];
-    if (options_.grad_dtype == DType::BFloat16) {
-      View1D<float> grads(store_.grads().data() + bucket.offset, bucket.numel);
-      auto wire = wire_[b];
-      Kokkos::parallel_for(
-          "tessera::ddp::from_bf16", Kokkos::RangePolicy<>(0, bucket.numel),
-          KOKKOS_LAMBDA(std::size_t i) { grads(i) = static_cast<float>(wire(i)); });
-    }
-    if (on_bucket) {
-      const auto t = std::chrono::steady_clock::now();
-      on_bucket(bucket.offset, bucket.numel);
-      Kokkos::fence();
-      callbacks += std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+  auto callback = [&](std::size_t offset, std::size_t count) {
+    if (!on_bucket) return;
+    const auto t = std::chrono::steady_clock::now();
+    on_bucket(offset, count);
+    Kokkos::fence();
+    callbacks += std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+  };
+  if (comm_.size() == 1) {
+    callback(0, store_.numel());  // the buckets tile the store: one call covers them all
+  } else {
+    for (std::size_t b = 0; b < buckets_.size(); ++b)
+      if (!launched_[b]) launch(b);  // e.g. parameters unused in this step's graph
+    for (std::size_t b = 0; b < buckets_.size(); ++b) {
+      work_[b].wait();
+      const auto& bucket = buckets_[b];
+      if (options_.grad_dtype == DType::BFloat16)
+        from_bf16(wire_[b], View1D<float>(store_.grads().data() + bucket.offset, bucket.numel));
+      callback(bucket.offset, bucket.numel);
     }
   }
   in_step_ = false;

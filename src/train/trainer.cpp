@@ -2,6 +2,8 @@
 #include <tessera/train/trainer.hpp>
 
 #include <chrono>
+#include <cmath>
+#include <sstream>
 
 namespace tessera::train {
 namespace {
@@ -52,6 +54,7 @@ Trainer::Trainer(TrainConfig config, comm::Communicator& comm) : config_(std::mo
                       " outputs; raise --model.dim");
 
   model_ = std::make_unique<nn::MLP>(store_, config_.layers, config_.dim);
+  model_->set_input_grad(false);  // the input is data: no gradient for it
   store_.initialize(config_.seed);
   sampler_ = std::make_unique<data::DistributedSampler>(dataset_->size(), config_.global_batch, comm.rank(),
                                                         comm.size(), config_.seed);
@@ -116,15 +119,17 @@ StepMetrics Trainer::step() {
     Kokkos::fence();
     m.backward_s += since(t);
   }
+  double grad_sq = 0;  // the optimizer sums the squared gradients as it reads them
   if (config_.overlap_optimizer) {
     // Each bucket is updated as soon as its reduction completes, while later buckets travel.
     optimizer_->begin_step();
-    ddp_->finish_gradient_sync([this](std::size_t offset, std::size_t count) { optimizer_->update(offset, count); });
+    ddp_->finish_gradient_sync(
+        [&](std::size_t offset, std::size_t count) { grad_sq += optimizer_->update(offset, count); });
     m.optimizer_s = ddp_->last_sync().on_bucket_s;
   } else {
     ddp_->finish_gradient_sync();
     const auto t = Clock::now();
-    optimizer_->step();
+    grad_sq = optimizer_->step();
     Kokkos::fence();
     m.optimizer_s = since(t);
   }
@@ -134,6 +139,21 @@ StepMetrics Trainer::step() {
   comm_.all_reduce({&loss, 1}, comm::ReduceOp::Avg);
   m.step = ++steps_done_;
   m.loss = loss;
+  // Every replica applied the same averaged gradients, so every rank sees the same norm and
+  // the same loss, and stops alike.
+  m.grad_norm = std::sqrt(grad_sq);
+  if (!std::isfinite(m.loss) || !std::isfinite(m.grad_norm)) {
+    const auto text = [](double v) { return std::isnan(v) ? std::string("nan") : v > 0 ? "inf" : "-inf"; };
+    std::ostringstream what;
+    what << "training diverged at step " << m.step << ": ";
+    if (!std::isfinite(m.loss)) what << "the loss is " << text(m.loss) << (std::isfinite(m.grad_norm) ? "" : " and ");
+    if (!std::isfinite(m.grad_norm)) what << "the gradient norm is " << text(m.grad_norm);
+    if (m.step > 1) what << " (step " << m.step - 1 << "'s loss was " << last_finite_loss_ << ")";
+    what << ". The parameters are no longer usable, so the run stops here; lower the learning rate (--optim.lr, "
+         << "now " << optimizer_->lr() << ") or look for NaN or infinite values in the data";
+    throw NonFiniteError(what.str());
+  }
+  last_finite_loss_ = m.loss;
   m.step_time_s = since(start);
   m.samples_per_s = static_cast<double>(config_.global_batch) / m.step_time_s;
   m.model_state_bytes = 2 * store_.numel() * sizeof(float) + optimizer_->state_bytes();

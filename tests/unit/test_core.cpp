@@ -130,6 +130,14 @@ TEST(Errors, CarryRankFileAndLine) {
   }
 }
 
+TEST(Errors, NameFilesRelativeToTheSourceTreeWhereverItIs) {
+  EXPECT_STREQ(detail::short_path(__FILE__), "tests/unit/test_core.cpp");
+  // A checkout under a folder named src, or an installed header: the last top-level name counts.
+  EXPECT_STREQ(detail::short_path("/home/me/src/tessera/src/comm/communicator.cpp"), "src/comm/communicator.cpp");
+  EXPECT_STREQ(detail::short_path("/opt/src/include/tessera/core/error.hpp"), "include/tessera/core/error.hpp");
+  EXPECT_STREQ(detail::short_path("main.cpp"), "main.cpp");
+}
+
 TEST(Session, OnlyOnePerProcessAndItIsAPlainProcessHere) {
   EXPECT_TRUE(Session::active());
   EXPECT_EQ(Session::current().size(), 1);

@@ -1,6 +1,7 @@
 // The model layer on one process: counter-based initialisation, GEMM, modules' backward
 // passes against finite differences, losses, and the optimizers against their published
-// update rules written out in scalar double precision.
+// update rules written out in scalar double precision. Every view is read and written
+// through host copies, so the same tests check a CUDA build's kernels on its GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -19,6 +20,9 @@
 
 namespace {
 using namespace tessera;
+using test::device_array;
+using test::device_matrix;
+using test::host_copy;
 
 TEST(Philox, MatchesRandom123KnownAnswers) {
   auto a = Philox4x32::generate(0, 0, 0, 0, 0, 0);
@@ -37,8 +41,7 @@ TEST(Philox, MatchesRandom123KnownAnswers) {
 }
 
 std::vector<float> host(const View1D<float>& v) {
-  auto h = Kokkos::create_mirror_view(v);
-  Kokkos::deep_copy(h, v);
+  const auto h = host_copy(v);
   return std::vector<float>(h.data(), h.data() + h.size());
 }
 
@@ -84,17 +87,23 @@ TEST(Gemm, AllTransposeCombinationsMatchANaiveLoop) {
       auto a = ta == Trans::No ? random_matrix(m, k, 1) : random_matrix(k, m, 1);
       auto b = tb == Trans::No ? random_matrix(k, n, 2) : random_matrix(n, k, 2);
       auto c = random_matrix(m, n, 3);
-      auto c0 = Kokkos::create_mirror(c);
-      Kokkos::deep_copy(c0, c);
+      const auto ha = host_copy(a), hb = host_copy(b), c0 = host_copy(c);
       kernels::gemm(ta, tb, 2.0f, a, b, 0.5f, c);
+      const auto hc = host_copy(c);
       for (std::size_t i = 0; i < m; ++i) {
         for (std::size_t j = 0; j < n; ++j) {
           double s = 0;
           for (std::size_t l = 0; l < k; ++l)
-            s += static_cast<double>(ta == Trans::No ? a(i, l) : a(l, i)) * (tb == Trans::No ? b(l, j) : b(j, l));
-          EXPECT_NEAR(c(i, j), 2.0 * s + 0.5 * c0(i, j), 1e-5);
+            s += static_cast<double>(ta == Trans::No ? ha(i, l) : ha(l, i)) * (tb == Trans::No ? hb(l, j) : hb(j, l));
+          EXPECT_NEAR(hc(i, j), 2.0 * s + 0.5 * c0(i, j), 1e-5);
         }
       }
+      // beta 0 writes C without reading it: garbage (here NaN) in C must not show through.
+      Kokkos::deep_copy(c, std::nanf(""));
+      kernels::gemm(ta, tb, 1.0f, a, b, 0.0f, c);
+      const auto fresh = host_copy(c);
+      for (std::size_t i = 0; i < m; ++i)
+        for (std::size_t j = 0; j < n; ++j) EXPECT_NEAR(fresh(i, j), (hc(i, j) - 0.5 * c0(i, j)) / 2.0, 1e-5);
     }
   }
   View2D<float> wrong("w", 2, 2), x("x", 3, 3), y("y", 2, 3);
@@ -103,37 +112,46 @@ TEST(Gemm, AllTransposeCombinationsMatchANaiveLoop) {
 }
 
 /// loss(out) = sum(w * out): dL/dout = w. Checks a module's backward against central
-/// differences of that loss with respect to its input and every parameter.
+/// differences of that loss with respect to its input and every parameter. Values are
+/// perturbed in host copies and copied back, so the module runs wherever its views live.
 void check_gradients(nn::Module& module, nn::ParameterStore& store, View2D<float> x, std::size_t out_cols) {
   auto w = random_matrix(x.extent(0), out_cols, 99);
+  const auto hw = host_copy(w);
   auto loss = [&]() {
-    auto y = module.forward(x);
+    const auto y = host_copy(module.forward(x));
     double s = 0;
     for (std::size_t i = 0; i < y.extent(0); ++i)
-      for (std::size_t j = 0; j < y.extent(1); ++j) s += static_cast<double>(w(i, j)) * y(i, j);
+      for (std::size_t j = 0; j < y.extent(1); ++j) s += static_cast<double>(hw(i, j)) * y(i, j);
     return s;
   };
   store.zero_grad();
   module.forward(x);
-  auto dx = module.backward(w);
-  View2D<float> dx_copy("dx", dx.extent(0), dx.extent(1));
-  Kokkos::deep_copy(dx_copy, dx);
+  const auto dx = host_copy(module.backward(w));
+  store.settle_grads();
+  const auto grads = host_copy(store.grads());
+  auto hx = host_copy(x);
+  auto values = store.values();
+  auto hv = host_copy(values);
   const float h = 1e-2f;
-  auto compare = [&](float* value, double analytic, const std::string& what) {
-    const float saved = *value;
-    *value = saved + h;
+  auto compare = [&](auto& host, auto& device, float& value, double analytic, const std::string& what) {
+    const float saved = value;
+    value = saved + h;
+    Kokkos::deep_copy(device, host);
     const double up = loss();
-    *value = saved - h;
+    value = saved - h;
+    Kokkos::deep_copy(device, host);
     const double down = loss();
-    *value = saved;
+    value = saved;
+    Kokkos::deep_copy(device, host);
     const double numeric = (up - down) / (2.0 * h);
     EXPECT_NEAR(analytic, numeric, 2e-3 + 2e-2 * std::fabs(numeric)) << what;
   };
   for (std::size_t i = 0; i < x.extent(0); ++i)
     for (std::size_t j = 0; j < x.extent(1); ++j)
-      compare(&x(i, j), dx_copy(i, j), "d/dx(" + std::to_string(i) + "," + std::to_string(j) + ")");
+      compare(hx, x, hx(i, j), dx(i, j), "d/dx(" + std::to_string(i) + "," + std::to_string(j) + ")");
   for (auto& p : store.parameters())
-    for (std::size_t i = 0; i < p.numel; ++i) compare(&p.value(i), p.grad(i), p.name + "[" + std::to_string(i) + "]");
+    for (std::size_t i = 0; i < p.numel; ++i)
+      compare(hv, values, hv(p.offset + i), grads(p.offset + i), p.name + "[" + std::to_string(i) + "]");
 }
 
 TEST(GradientCheck, Linear) {
@@ -227,102 +245,155 @@ TEST(GradientCheck, MLPReportsGradientsInReverseLayerOrder) {
                                              "layers.0.weight", "layers.0.bias"}));
 }
 
+TEST(Gradients, ZeroGradIsLazyAndTheNextBackwardWritesInsteadOfAdding) {
+  nn::ParameterStore store;
+  nn::MLP mlp(store, 2, 4);
+  store.initialize(5);
+  auto x = random_matrix(3, 4, 1), dy = random_matrix(3, 4, 2);
+  mlp.forward(x);
+  mlp.backward(dy);
+  store.settle_grads();
+  const auto once = host(store.grads());
+  Kokkos::deep_copy(store.grads(), std::nanf(""));  // whatever the memory holds must not matter
+  store.zero_grad();
+  mlp.forward(x);
+  mlp.backward(dy);
+  store.settle_grads();
+  EXPECT_EQ(host(store.grads()), once);
+  mlp.forward(x);
+  mlp.backward(dy);  // without zero_grad, gradients add up
+  const auto twice = host(store.grads());
+  for (std::size_t i = 0; i < once.size(); ++i) ASSERT_NEAR(twice[i], 2 * once[i], 1e-5 * (1 + std::fabs(once[i])));
+  // A parameter no backward reached since zero_grad reads as zero once settled.
+  Kokkos::deep_copy(store.grads(), 7.0f);
+  store.zero_grad();
+  store.settle_grads();
+  for (float v : host(store.grads())) ASSERT_EQ(v, 0.0f);
+}
+
+TEST(Gradients, TheInputGradientCanBeSwitchedOffWithoutChangingTheOthers) {
+  nn::ParameterStore a, b;
+  nn::MLP with(a, 3, 4), without(b, 3, 4);
+  a.initialize(5);
+  b.initialize(5);
+  without.set_input_grad(false);
+  auto x = random_matrix(3, 4, 1), dy = random_matrix(3, 4, 2);
+  with.forward(x);
+  EXPECT_EQ(with.backward(dy).extent(0), 3u);
+  without.forward(x);
+  EXPECT_EQ(without.backward(dy).size(), 0u) << "no input gradient was asked for";
+  EXPECT_EQ(host(a.grads()), host(b.grads()));
+}
+
 /// Central differences of a loss with respect to its input.
 template <class LossFn>
 void check_loss(LossFn fn, View2D<float> y) {
   View2D<float> dy;
   fn(y, dy);
-  View2D<float> analytic("a", dy.extent(0), dy.extent(1));
-  Kokkos::deep_copy(analytic, dy);
+  const auto analytic = host_copy(dy);
+  auto hy = host_copy(y);
   const float h = 1e-2f;
   for (std::size_t i = 0; i < y.extent(0); ++i) {
     for (std::size_t j = 0; j < y.extent(1); ++j) {
-      const float saved = y(i, j);
+      const float saved = hy(i, j);
       View2D<float> scratch;
-      y(i, j) = saved + h;
+      hy(i, j) = saved + h;
+      Kokkos::deep_copy(y, hy);
       const double up = fn(y, scratch);
-      y(i, j) = saved - h;
+      hy(i, j) = saved - h;
+      Kokkos::deep_copy(y, hy);
       const double down = fn(y, scratch);
-      y(i, j) = saved;
+      hy(i, j) = saved;
+      Kokkos::deep_copy(y, hy);
       EXPECT_NEAR(analytic(i, j), (up - down) / (2 * h), 2e-3);
     }
   }
 }
 
 TEST(Loss, MeanSquaredErrorValueAndGradient) {
-  View2D<float> y("y", 1, 2), t("t", 1, 2), dy;
-  y(0, 0) = 1;
-  y(0, 1) = 3;
-  t(0, 0) = 0;
-  t(0, 1) = 1;
+  auto y = device_matrix(1, 2, {1, 3}), t = device_matrix(1, 2, {0, 1});
+  View2D<float> dy;
   EXPECT_FLOAT_EQ(nn::mse_loss(y, t, dy), (1.0f + 4.0f) / 2.0f);
-  EXPECT_FLOAT_EQ(dy(0, 1), 2.0f * 2.0f / 2.0f);
+  EXPECT_FLOAT_EQ(host_copy(dy)(0, 1), 2.0f * 2.0f / 2.0f);
   auto target = random_matrix(3, 4, 4);
   check_loss([&](View2D<float> v, View2D<float>& g) { return nn::mse_loss(v, target, g); }, random_matrix(3, 4, 5));
 }
 
 TEST(Loss, CrossEntropyValueGradientAndBadLabels) {
   View2D<float> logits("l", 2, 4), dy;
-  View1D<std::int64_t> labels("labels", 2);
-  labels(0) = 1;
-  labels(1) = 3;
+  auto labels = device_array<std::int64_t>({1, 3});
   EXPECT_NEAR(nn::cross_entropy_loss(logits, labels, dy), std::log(4.0), 1e-6);  // uniform logits
   check_loss([&](View2D<float> v, View2D<float>& g) { return nn::cross_entropy_loss(v, labels, g); },
              random_matrix(2, 4, 6, 2.0f));
-  labels(1) = 4;
+  labels = device_array<std::int64_t>({1, 4});
   EXPECT_THROW_WITH(nn::cross_entropy_loss(logits, labels, dy), ConfigError, "1 label(s) outside [0, 4)");
+}
+
+/// Sets a device view from doubles.
+void put(const View1D<float>& v, const std::vector<double>& values) {
+  std::vector<float> f(values.begin(), values.end());
+  Kokkos::deep_copy(v, device_array(f));
 }
 
 TEST(Optimizers, SGDWithMomentumFollowsTorchRule) {
   View1D<float> p("p", 3), g("g", 3);
-  const double p0[3] = {1.0, -2.0, 0.5}, grads[3][3] = {{0.1, -0.2, 0.3}, {0.05, 0.0, -0.1}, {-0.3, 0.2, 0.1}};
-  for (int i = 0; i < 3; ++i) p(i) = static_cast<float>(p0[i]);
+  const std::vector<double> p0 = {1.0, -2.0, 0.5};
+  const std::vector<std::vector<double>> grads = {{0.1, -0.2, 0.3}, {0.05, 0.0, -0.1}, {-0.3, 0.2, 0.1}};
+  put(p, p0);
   optim::SGD sgd(p, g, {0.1f, 0.9f, 0.01f});
   double ref[3] = {p0[0], p0[1], p0[2]}, buf[3] = {0, 0, 0};
-  for (int t = 0; t < 3; ++t) {
-    for (int i = 0; i < 3; ++i) g(i) = static_cast<float>(grads[t][i]);
-    sgd.step();
-    for (int i = 0; i < 3; ++i) {
+  for (std::size_t t = 0; t < 3; ++t) {
+    put(g, grads[t]);
+    const double squares = sgd.step();
+    const auto hp = host_copy(p);
+    double want_squares = 0;
+    for (std::size_t i = 0; i < 3; ++i) {
       const double d = grads[t][i] + 0.01 * ref[i];
       buf[i] = t == 0 ? d : 0.9 * buf[i] + d;
       ref[i] -= 0.1 * buf[i];
-      EXPECT_NEAR(p(i), ref[i], 1e-6) << "step " << t << " element " << i;
+      EXPECT_NEAR(hp(i), ref[i], 1e-6) << "step " << t << " element " << i;
+      want_squares += grads[t][i] * grads[t][i];
     }
+    EXPECT_NEAR(squares, want_squares, 1e-7) << "the update reports the squared gradient norm";
   }
   EXPECT_EQ(sgd.state_bytes(), 3 * sizeof(float));
 }
 
 TEST(Optimizers, AdamWFollowsTorchRuleAndDefaults) {
   View1D<float> p("p", 2), g("g", 2);
-  p(0) = 1.0f;
-  p(1) = -0.5f;
+  put(p, {1.0, -0.5});
   optim::AdamW adam(p, g);  // PyTorch defaults: lr 1e-3, betas (0.9, 0.999), eps 1e-8, wd 0.01
   double ref[2] = {1.0, -0.5}, m[2] = {0, 0}, v[2] = {0, 0};
   const double grads[4][2] = {{0.5, -1.0}, {0.1, 0.2}, {-0.3, 0.0}, {2.0, -0.01}};
   for (int t = 1; t <= 4; ++t) {
-    g(0) = static_cast<float>(grads[t - 1][0]);
-    g(1) = static_cast<float>(grads[t - 1][1]);
+    put(g, {grads[t - 1][0], grads[t - 1][1]});
     adam.step();
+    const auto hp = host_copy(p);
     for (int i = 0; i < 2; ++i) {
       ref[i] *= 1 - 1e-3 * 0.01;
       m[i] = 0.9 * m[i] + 0.1 * grads[t - 1][i];
       v[i] = 0.999 * v[i] + 0.001 * grads[t - 1][i] * grads[t - 1][i];
       const double mhat = m[i] / (1 - std::pow(0.9, t)), vhat = v[i] / (1 - std::pow(0.999, t));
       ref[i] -= 1e-3 * mhat / (std::sqrt(vhat) + 1e-8);
-      EXPECT_NEAR(p(i), ref[i], 1e-6) << "step " << t << " element " << i;
+      EXPECT_NEAR(hp(i), ref[i], 1e-6) << "step " << t << " element " << i;
     }
   }
   EXPECT_EQ(adam.state_bytes(), 2 * 2 * sizeof(float));
   EXPECT_THROW_WITH(optim::AdamW(p, g, {1e-3f, 1.0f, 0.999f, 1e-8f, 0.01f}), ConfigError, "betas in [0, 1)");
 }
+
 TEST(Optimizers, UpdatingRangesInAnyOrderEqualsOneWholeStep) {
-  const std::size_t n = 1000;
+  const std::size_t n = 10000;  // several of the host loop's chunks, and a remainder
+  std::vector<double> init(n), grad(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    init[i] = std::sin(static_cast<double>(i));
+    grad[i] = std::cos(static_cast<double>(i) * 0.7);
+  }
   for (int which = 0; which < 2; ++which) {
     View1D<float> p1("p1", n), g("g", n), p2("p2", n);
-    for (std::size_t i = 0; i < n; ++i) {
-      p1(i) = p2(i) = std::sin(static_cast<float>(i));
-      g(i) = std::cos(static_cast<float>(i) * 0.7f);
-    }
+    put(p1, init);
+    put(p2, init);
+    put(g, grad);
     std::unique_ptr<optim::Optimizer> whole, ranged;
     if (which == 0) {
       whole = std::make_unique<optim::AdamW>(p1, g);
@@ -331,14 +402,21 @@ TEST(Optimizers, UpdatingRangesInAnyOrderEqualsOneWholeStep) {
       whole = std::make_unique<optim::SGD>(p1, g, optim::SGDOptions{0.1f, 0.9f, 0.0f});
       ranged = std::make_unique<optim::SGD>(p2, g, optim::SGDOptions{0.1f, 0.9f, 0.0f});
     }
-    for (int step = 0; step < 3; ++step) {
-      whole->step();
-      ranged->begin_step();
-      ranged->update(700, 300);  // reverse order, uneven ranges, like gradient buckets
-      ranged->update(100, 600);
-      ranged->update(0, 100);
+    double want = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      const double gi = static_cast<float>(grad[i]);
+      want += gi * gi;
     }
-    for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(p1(i), p2(i)) << ranged->name() << " element " << i;
+    for (int step = 0; step < 3; ++step) {
+      const double all = whole->step();
+      ranged->begin_step();
+      // Reverse order, uneven ranges, like gradient buckets.
+      const double parts = ranged->update(7000, 3000) + ranged->update(1000, 6000) + ranged->update(0, 1000);
+      EXPECT_NEAR(all, want, 1e-6 * want) << ranged->name();
+      EXPECT_NEAR(parts, want, 1e-6 * want) << ranged->name();
+    }
+    const auto a = host_copy(p1), b = host_copy(p2);
+    for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(a(i), b(i)) << ranged->name() << " element " << i;
   }
 }
 }  // namespace

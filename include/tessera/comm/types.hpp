@@ -17,10 +17,11 @@ namespace tessera::comm {
 
 /// Which library moves the data.
 enum class Backend {
-  Auto,  ///< NCCL when it is compiled in and the default memory space is a GPU's, else MPI
+  Auto,  ///< NCCL when it is compiled in, the default memory space is a GPU's and every rank
+         ///< has a GPU of its own; MPI otherwise
   Mpi,   ///< MPI (host memory; device memory directly if CUDA-aware, else staged)
   Gloo,  ///< Gloo over TCP, bootstrapped from MPI (host memory; device memory staged)
-  Nccl,  ///< NCCL (device memory), bootstrapped from MPI
+  Nccl,  ///< NCCL (device memory; host memory staged), bootstrapped from MPI; one GPU per rank
 };
 /// "mpi", "gloo", "nccl", "auto".
 const char* backend_name(Backend backend) noexcept;

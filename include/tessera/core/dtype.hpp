@@ -2,6 +2,8 @@
 /// \file
 /// Element types that Tessera moves and reduces, including the 16-bit float formats.
 
+#include <Kokkos_Macros.hpp>
+
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -23,12 +25,12 @@ DType parse_dtype(const std::string& name);
 bool is_floating(DType dtype) noexcept;
 
 /// bfloat16: the top 16 bits of an IEEE float32. Storage and conversion only; arithmetic
-/// is done in float32.
+/// is done in float32. The conversions are valid in device code (Kokkos kernels) too.
 struct bfloat16 {
   std::uint16_t bits = 0;
   bfloat16() = default;
   /// Rounds to nearest even; NaN stays NaN.
-  explicit bfloat16(float value) noexcept {
+  KOKKOS_INLINE_FUNCTION explicit bfloat16(float value) noexcept {
     std::uint32_t u;
     std::memcpy(&u, &value, sizeof u);
     if ((u & 0x7fffffffu) > 0x7f800000u) {
@@ -38,7 +40,7 @@ struct bfloat16 {
       bits = static_cast<std::uint16_t>(u >> 16);
     }
   }
-  explicit operator float() const noexcept {
+  KOKKOS_INLINE_FUNCTION explicit operator float() const noexcept {
     std::uint32_t u = static_cast<std::uint32_t>(bits) << 16;
     float f;
     std::memcpy(&f, &u, sizeof f);
@@ -46,13 +48,54 @@ struct bfloat16 {
   }
 };
 
-/// IEEE 754 binary16. Storage and conversion only; arithmetic is done in float32.
+/// IEEE 754 binary16. Storage and conversion only; arithmetic is done in float32. The
+/// conversions are valid in device code too.
 struct float16 {
   std::uint16_t bits = 0;
   float16() = default;
   /// Rounds to nearest even, with subnormals, infinities and NaN.
-  explicit float16(float value) noexcept;
-  explicit operator float() const noexcept;
+  KOKKOS_INLINE_FUNCTION explicit float16(float value) noexcept {
+    std::uint32_t u;
+    std::memcpy(&u, &value, sizeof u);
+    const std::uint32_t sign = (u >> 16) & 0x8000u;
+    const std::uint32_t abs = u & 0x7fffffffu;
+    if (abs > 0x7f800000u) {  // NaN: keep it quiet and non-zero
+      bits = static_cast<std::uint16_t>(sign | 0x7e00u);
+    } else if (abs >= 0x477ff000u) {  // rounds to >= 65520: infinity
+      bits = static_cast<std::uint16_t>(sign | 0x7c00u);
+    } else if (abs < 0x38800000u) {  // below the smallest normal half (2^-14): subnormal or zero
+      // Scale into the subnormal range with a float add, which rounds to nearest even:
+      // 0.5 = 2^-1, so the half subnormal step 2^-24 lands on the float's last bits.
+      float f;
+      std::memcpy(&f, &abs, sizeof f);
+      f += 0.5f;
+      std::uint32_t r;
+      std::memcpy(&r, &f, sizeof r);
+      bits = static_cast<std::uint16_t>(sign | (r - 0x3f000000u));
+    } else {  // normal: rebias the exponent (127 -> 15) and round the 13 dropped mantissa bits
+      std::uint32_t h = abs - 0x38000000u;
+      h += 0x0fffu + ((h >> 13) & 1u);
+      bits = static_cast<std::uint16_t>(sign | (h >> 13));
+    }
+  }
+  KOKKOS_INLINE_FUNCTION explicit operator float() const noexcept {
+    const std::uint32_t sign = static_cast<std::uint32_t>(bits & 0x8000u) << 16;
+    const std::uint32_t exp = (bits >> 10) & 0x1fu;
+    const std::uint32_t man = bits & 0x3ffu;
+    std::uint32_t u;
+    if (exp == 0) {  // zero or subnormal: man * 2^-24, exact in float
+      const float f = static_cast<float>(man) * 5.9604644775390625e-8f;
+      std::memcpy(&u, &f, sizeof u);
+      u |= sign;
+    } else if (exp == 31) {
+      u = sign | 0x7f800000u | (man << 13);
+    } else {
+      u = sign | ((exp + 112u) << 23) | (man << 13);
+    }
+    float f;
+    std::memcpy(&f, &u, sizeof f);
+    return f;
+  }
 };
 
 static_assert(sizeof(bfloat16) == 2 && sizeof(float16) == 2, "16-bit types must be 2 bytes");

@@ -45,6 +45,11 @@ class MismatchError : public CommError {
   using CommError::CommError;
 };
 
+/// A value that must stay finite (a loss, a gradient norm) became NaN or infinite.
+class NonFiniteError : public Error {
+  using Error::Error;
+};
+
 /// A failure reading or writing a checkpoint or dataset.
 class CheckpointError : public Error {
   using Error::Error;

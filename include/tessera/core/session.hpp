@@ -25,6 +25,10 @@ class Session {
   int rank() const noexcept { return rank_; }
   /// Number of ranks in MPI_COMM_WORLD.
   int size() const noexcept { return size_; }
+  /// Number of ranks of this job on this rank's node (they share its cores and GPUs).
+  int local_size() const noexcept { return local_size_; }
+  /// This rank's index among them.
+  int local_rank() const noexcept { return local_rank_; }
   /// True when the MPI library reports CUDA-aware support (probed at start).
   bool cuda_aware_mpi() const noexcept { return cuda_aware_mpi_; }
 
@@ -44,6 +48,8 @@ class Session {
   bool owns_kokkos_ = false;
   int rank_ = 0;
   int size_ = 1;
+  int local_rank_ = 0;
+  int local_size_ = 1;
   bool cuda_aware_mpi_ = false;
 };
 

@@ -20,15 +20,21 @@ class Module {
   /// stays valid until the next forward; x must stay valid until backward.
   virtual View2D<float> forward(const View2D<const float>& x) = 0;
   /// Given dL/dy for the last forward, adds dL/dparam into the parameters' gradients
-  /// (gradients accumulate until zeroed) and returns dL/dx (owned by the module).
+  /// (gradients accumulate until zeroed; see Parameter::take_grad_beta) and returns dL/dx
+  /// (owned by the module), or an empty view when the input gradient is switched off.
   virtual View2D<float> backward(const View2D<const float>& dy) = 0;
   virtual void set_grad_ready_hook(GradReadyHook hook) { hook_ = std::move(hook); }
+  /// Whether backward() computes dL/dx (default true). A model whose input is data, not an
+  /// activation, switches it off and saves the first layer's input-gradient GEMM.
+  virtual void set_input_grad(bool needed) { input_grad_ = needed; }
+  bool input_grad() const noexcept { return input_grad_; }
 
  protected:
   void grad_ready(Parameter& p) const {
     if (hook_) hook_(p);
   }
   GradReadyHook hook_;
+  bool input_grad_ = true;
 };
 
 /// Resizes `buffer` to [rows, cols] only when its shape differs (no allocation in steady state).

@@ -41,6 +41,16 @@ struct Parameter {
   std::size_t numel = 0;   ///< elements held on this rank
   View1D<float> value;     ///< this rank's elements (valid after ParameterStore::allocate)
   View1D<float> grad;
+  /// Set by ParameterStore::zero_grad(): the gradient is zero but its memory was not written.
+  bool grad_pending_zero = false;
+  /// The factor for the old gradient when a module adds into it: 0 after zero_grad() (the
+  /// next gradient is written, not added, and a GEMM with beta 0 reads no old value), else 1.
+  /// Clears the mark; every module that writes a gradient uses it.
+  float take_grad_beta() noexcept {
+    const float beta = grad_pending_zero ? 0.0f : 1.0f;
+    grad_pending_zero = false;
+    return beta;
+  }
   /// The value as a row-major matrix (2-D parameters).
   View2D<float> value2d() const;
   View2D<float> grad2d() const;
@@ -57,7 +67,12 @@ class ParameterStore {
   void allocate();
   /// Sets every value from (seed, name, global index) and zeroes the gradients.
   void initialize(std::uint64_t seed);
+  /// Makes every gradient zero, lazily (as PyTorch's set_to_none): the backward pass that
+  /// next produces a gradient writes it instead of adding to it (Parameter::take_grad_beta),
+  /// which saves a pass over the gradient memory. Readers of grads() call settle_grads() first.
   void zero_grad();
+  /// Writes zeros into the gradients that no backward pass produced since zero_grad().
+  void settle_grads();
 
   bool allocated() const noexcept { return allocated_; }
   std::size_t numel() const noexcept { return numel_; }

@@ -15,16 +15,18 @@ class Optimizer {
  public:
   virtual ~Optimizer() = default;
   /// One update of `params` from `grads` (views of equal length given at construction).
-  void step() {
+  /// Returns the sum of the squared gradients, as update() does.
+  double step() {
     begin_step();
-    update(0, size());
+    return update(0, size());
   }
   /// Starts a step (advances step counters); then update() must cover every element once.
   virtual void begin_step() = 0;
   /// Applies the current step to elements [offset, offset + count). The rules are
   /// element-wise, so ranges may be updated in any order, e.g. each gradient bucket as soon
-  /// as its reduction completes.
-  virtual void update(std::size_t offset, std::size_t count) = 0;
+  /// as its reduction completes. Returns the sum of the squares of the gradients it read
+  /// (the gradient norm's share of this range, at no extra pass over memory).
+  virtual double update(std::size_t offset, std::size_t count) = 0;
   virtual std::size_t size() const noexcept = 0;
   virtual float lr() const noexcept = 0;
   virtual void set_lr(float lr) = 0;
@@ -45,7 +47,7 @@ class SGD final : public Optimizer {
  public:
   SGD(View1D<float> params, View1D<float> grads, SGDOptions options = {});
   void begin_step() override;
-  void update(std::size_t offset, std::size_t count) override;
+  double update(std::size_t offset, std::size_t count) override;
   std::size_t size() const noexcept override { return params_.size(); }
   float lr() const noexcept override { return options_.lr; }
   void set_lr(float lr) override { options_.lr = lr; }
@@ -72,7 +74,7 @@ class AdamW final : public Optimizer {
  public:
   AdamW(View1D<float> params, View1D<float> grads, AdamWOptions options = {});
   void begin_step() override;
-  void update(std::size_t offset, std::size_t count) override;
+  double update(std::size_t offset, std::size_t count) override;
   std::size_t size() const noexcept override { return params_.size(); }
   float lr() const noexcept override { return options_.lr; }
   void set_lr(float lr) override { options_.lr = lr; }

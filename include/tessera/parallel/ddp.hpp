@@ -39,6 +39,8 @@ struct SyncStats {
   std::size_t buckets_launched_during_backward = 0;
 };
 
+/// On a communicator of one rank there is nothing to average: no bucket is launched, and
+/// finish_gradient_sync() calls its callback once, over the whole gradient buffer.
 class DistributedDataParallel {
  public:
   /// Buckets the store's gradients and installs the model's gradient-ready hook.

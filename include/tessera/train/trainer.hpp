@@ -46,6 +46,7 @@ struct TrainConfig {
 struct StepMetrics {
   std::int64_t step = 0;  ///< 1-based
   double loss = 0;
+  double grad_norm = 0;  ///< L2 norm of the averaged gradients the optimizer applied
   double step_time_s = 0;
   double samples_per_s = 0;
   double forward_s = 0;
@@ -61,7 +62,8 @@ class Trainer {
   /// start identical).
   Trainer(TrainConfig config, comm::Communicator& comm);
   ~Trainer();
-  /// One optimizer step.
+  /// One optimizer step. Throws NonFiniteError, on every rank alike, when the loss or the
+  /// gradient norm is NaN or infinite (the parameters are then no longer usable).
   StepMetrics step();
   /// config.steps steps; calls on_step after each.
   void run(const std::function<void(const StepMetrics&)>& on_step = {});
@@ -85,6 +87,7 @@ class Trainer {
   View1D<std::int64_t> labels_;
   std::vector<std::int64_t> micro_indices_;
   std::int64_t steps_done_ = 0;
+  double last_finite_loss_ = 0;
 };
 
 }  // namespace tessera::train

@@ -176,7 +176,7 @@ class GlooBackend final : public Backend {
   comm::Backend kind() const noexcept override { return comm::Backend::Gloo; }
   MPI_Comm group() const noexcept override { return comm_; }
   bool needs_arrival_fence() const noexcept override { return false; }
-  bool accepts_device_memory() const noexcept override { return false; }
+  bool accepts(MemoryKind m) const noexcept override { return m == MemoryKind::Host; }
   std::unique_ptr<Backend> make_child(MPI_Comm group, const CommOptions& options) override {
     return std::make_unique<GlooBackend>(group, options);
   }

@@ -73,7 +73,7 @@ class MpiBackend final : public Backend {
   comm::Backend kind() const noexcept override { return comm::Backend::Mpi; }
   MPI_Comm group() const noexcept override { return comm_; }
   bool needs_arrival_fence() const noexcept override { return true; }
-  bool accepts_device_memory() const noexcept override { return cuda_aware_; }
+  bool accepts(MemoryKind m) const noexcept override { return m == MemoryKind::Host || cuda_aware_; }
 
   std::unique_ptr<Backend> make_child(MPI_Comm group, const CommOptions&) override {
     return std::make_unique<MpiBackend>(group);

@@ -4,6 +4,8 @@
 // (ncclCommAbort), which releases the kernels stuck on the GPU.
 #include "comm/nccl/nccl_backend.hpp"
 
+#include <algorithm>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -25,6 +27,47 @@
 
 namespace tessera::comm::detail {
 namespace {
+
+/// The GPU this rank uses: the one Kokkos runs on (it maps the ranks of a node to GPUs when
+/// it starts), or, in a build whose Kokkos has no CUDA backend, the node-local rank's.
+int choose_device(MPI_Comm group, int devices) {
+#ifdef KOKKOS_ENABLE_CUDA
+  (void)group;
+  (void)devices;
+  int device = 0;
+  TESSERA_CHECK_CUDA(cudaGetDevice(&device));
+  return device;
+#else
+  MPI_Comm node;
+  TESSERA_CHECK_MPI(MPI_Comm_split_type(group, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+  int local = 0;
+  TESSERA_CHECK_MPI(MPI_Comm_rank(node, &local));
+  TESSERA_CHECK_MPI(MPI_Comm_free(&node));
+  return local % devices;
+#endif
+}
+
+/// Collective over group: how many ranks of this rank's node use `device` too (0: none),
+/// the most over the group, and the node's rank count.
+struct Sharing {
+  int most_per_gpu = 1;
+  int ranks_on_node = 1;
+};
+Sharing gpu_sharing(MPI_Comm group, int device) {
+  MPI_Comm node;
+  TESSERA_CHECK_MPI(MPI_Comm_split_type(group, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+  int n = 1;
+  TESSERA_CHECK_MPI(MPI_Comm_size(node, &n));
+  std::vector<int> all(static_cast<std::size_t>(n));
+  const int rc = MPI_Allgather(&device, 1, MPI_INT, all.data(), 1, MPI_INT, node);
+  MPI_Comm_free(&node);
+  if (rc != MPI_SUCCESS) TESSERA_CHECK_MPI(rc);
+  Sharing s;
+  s.ranks_on_node = n;
+  s.most_per_gpu = static_cast<int>(std::count(all.begin(), all.end(), device));
+  TESSERA_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &s.most_per_gpu, 1, MPI_INT, MPI_MAX, group));
+  return s;
+}
 
 ncclDataType_t nccl_type(DType t) {
   switch (t) {
@@ -106,13 +149,17 @@ class NcclBackend final : public Backend {
                           (rc != cudaSuccess ? cudaGetErrorString(rc) : "no device found") +
                           "); use the mpi or gloo backend");
       }
-      // One GPU per rank on a node: the node-local rank picks it.
-      MPI_Comm node;
-      TESSERA_CHECK_MPI(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
-      int local = 0;
-      TESSERA_CHECK_MPI(MPI_Comm_rank(node, &local));
-      TESSERA_CHECK_MPI(MPI_Comm_free(&node));
-      TESSERA_CHECK_CUDA(cudaSetDevice(local % devices));
+      const int device = choose_device(group_, devices);
+      TESSERA_CHECK_CUDA(cudaSetDevice(device));
+      // NCCL refuses two ranks of one communicator on one GPU (and would hang or fail inside
+      // its initialisation): every rank says so the same way, before NCCL starts.
+      const Sharing sharing = gpu_sharing(group_, device);
+      if (sharing.most_per_gpu > 1)
+        throw ConfigError("the nccl backend needs a GPU of its own for every rank, but " +
+                          std::to_string(sharing.most_per_gpu) + " ranks share one GPU (" +
+                          std::to_string(sharing.ranks_on_node) + " ranks and " + std::to_string(devices) +
+                          " GPU(s) on this node); run at most one rank per GPU, or use the mpi backend, "
+                          "which stages device buffers through host memory");
       ncclUniqueId id;
       if (rank_ == 0) TESSERA_CHECK_NCCL(ncclGetUniqueId(&id));
       TESSERA_CHECK_MPI(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, group_));
@@ -132,8 +179,7 @@ class NcclBackend final : public Backend {
   comm::Backend kind() const noexcept override { return comm::Backend::Nccl; }
   MPI_Comm group() const noexcept override { return group_; }
   bool needs_arrival_fence() const noexcept override { return false; }
-  bool accepts_device_memory() const noexcept override { return true; }
-  bool requires_device_memory() const noexcept override { return true; }
+  bool accepts(MemoryKind m) const noexcept override { return m == MemoryKind::Device; }
   bool native_half_and_avg() const noexcept override { return true; }
   std::unique_ptr<Backend> make_child(MPI_Comm group, const CommOptions& options) override {
     return std::make_unique<NcclBackend>(group, options);
@@ -268,6 +314,15 @@ class NcclBackend final : public Backend {
 
 std::unique_ptr<Backend> make_nccl_backend(MPI_Comm group, const CommOptions& options) {
   return std::make_unique<NcclBackend>(group, options);
+}
+
+bool nccl_one_gpu_per_rank(MPI_Comm group) {
+  int devices = 0;
+  int ok = cudaGetDeviceCount(&devices) == cudaSuccess && devices > 0 ? 1 : 0;
+  if (!ok) cudaGetLastError();
+  TESSERA_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, group));
+  if (!ok) return false;
+  return gpu_sharing(group, choose_device(group, devices)).most_per_gpu == 1;
 }
 
 bool nccl_usable() noexcept {

@@ -9,4 +9,5 @@ std::unique_ptr<Backend> make_nccl_backend(MPI_Comm group, const CommOptions&) {
       "and the CUDA toolkit and NCCL available");
 }
 bool nccl_usable() noexcept { return false; }
+bool nccl_one_gpu_per_rank(MPI_Comm) { return false; }
 }  // namespace tessera::comm::detail

@@ -1,0 +1,24 @@
+#pragma once
+/// \file
+/// How many threads this rank's host BLAS runs, chosen so that the ranks of a node do not
+/// oversubscribe its cores.
+
+#include <string>
+
+namespace tessera {
+
+/// The host BLAS's threads on this rank, and why that many.
+struct HostThreads {
+  int threads = 1;
+  /// e.g. "2 cores / 2 ranks on this node", "OPENBLAS_NUM_THREADS=4", "not OpenBLAS: its own default"
+  std::string reason;
+};
+
+/// Applies Tessera's policy on the first call and returns it (later calls return the same).
+/// Unless the user set OPENBLAS_NUM_THREADS or OMP_NUM_THREADS, the BLAS gets the cores this
+/// rank may run on, shared among the ranks of its node: min(cores it is bound to, cores of
+/// the node / ranks on the node), at least 1. Host GEMMs call it before their first use, so
+/// a BLAS that starts one thread per core does not put two ranks' threads on every core.
+const HostThreads& host_threads();
+
+}  // namespace tessera

@@ -1,0 +1,124 @@
+"""Tessera beside PyTorch eager on one GPU: the same MLP (L Linear(d, d) layers with exact
+GELU between them), MSE against a teacher of the same shape, AdamW with PyTorch's defaults
+(PyTorch's fused kernel), fp32 with TF32 off on both sides, one step = forward, backward,
+optimizer. Tessera's figures come from tessera-bench-ddp (its step, the step's breakdown
+and its GEMMs alone, timed in the same process); PyTorch's are timed here. The two
+alternate for --rounds rounds in one run and each keeps its best median. Writes JSON.
+
+Usage (a CUDA build of Tessera, on a machine with a GPU and PyTorch):
+  python3 perf/compare_pytorch_gpu.py --bench build-cuda/perf/tessera-bench-ddp \\
+      --layers 8 --dim 4096 --batch 1024 --json perf/results/gpu_vs_pytorch.json
+Goals (issue 7): Tessera step <= 1.0 x PyTorch's; Tessera step <= 1.1 x its GEMMs alone.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+
+def pytorch_step_time(args):
+    import torch
+    import torch.nn as nn
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    dev = torch.device("cuda")
+
+    def mlp():
+        mods = []
+        for i in range(args.layers):
+            mods.append(nn.Linear(args.dim, args.dim))
+            if i + 1 < args.layers:
+                mods.append(nn.GELU())  # exact erf form, as Tessera's
+        return nn.Sequential(*mods).to(dev)
+
+    torch.manual_seed(args.seed)
+    model, teacher = mlp(), mlp().requires_grad_(False)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
+    gen = torch.Generator(device=dev).manual_seed(args.seed)
+    samples = max(8 * args.batch, 1024)
+    pool_x = torch.randn(samples, args.dim, device=dev, generator=gen)
+    with torch.no_grad():
+        pool_y = teacher(pool_x)
+    order = torch.randperm(samples, device=dev, generator=gen)
+    times = []
+    for step in range(args.warmup + args.steps):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        rows = order[(step * args.batch) % (samples - args.batch):][: args.batch]
+        x, y = pool_x.index_select(0, rows), pool_y.index_select(0, rows)  # a gathered batch, as Tessera's
+        opt.zero_grad()  # set_to_none, PyTorch's default
+        loss = nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
+        torch.cuda.synchronize()
+        if step >= args.warmup:
+            times.append(time.perf_counter() - t0)
+    name = torch.cuda.get_device_name(0)
+    del model, teacher, opt, pool_x, pool_y
+    torch.cuda.empty_cache()
+    return statistics.median(times), f"pytorch {torch.__version__}", name
+
+
+def tessera_run(args):
+    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
+        path = f.name
+    cmd = [args.bench, "--layers", str(args.layers), "--dim", str(args.dim), "--batch", str(args.batch),
+           "--steps", str(args.steps), "--warmup", str(args.warmup), "--json", path]
+    subprocess.run(cmd, check=True, stdout=sys.stderr if args.quiet else None)
+    with open(path) as f:
+        out = json.load(f)
+    os.unlink(path)
+    return out
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--bench", default="build-cuda/perf/tessera-bench-ddp", help="tessera-bench-ddp of a CUDA build")
+    p.add_argument("--layers", type=int, default=8)
+    p.add_argument("--dim", type=int, default=4096)
+    p.add_argument("--batch", type=int, default=1024)
+    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--rounds", type=int, default=2, help="alternating Tessera/PyTorch rounds; each keeps its best")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--quiet", action="store_true", help="send the benchmark's own table to stderr")
+    p.add_argument("--json")
+    args = p.parse_args()
+
+    tessera, torch_best = None, None
+    for _ in range(args.rounds):
+        t = tessera_run(args)
+        if tessera is None or t["median_s"]["step"] < tessera["median_s"]["step"]:
+            tessera = t
+        step, framework, gpu = pytorch_step_time(args)
+        torch_best = step if torch_best is None else min(torch_best, step)
+    if tessera["config"].get("memory") != "device":
+        sys.exit("compare_pytorch_gpu.py: the benchmark is not a CUDA build (its memory is the host's)")
+    m = tessera["median_s"]
+    out = {
+        "gpu": gpu,
+        "model": {"layers": args.layers, "dim": args.dim, "batch": args.batch, "dtype": "float32", "tf32": False},
+        "tessera": tessera,
+        "pytorch": {"framework": framework, "optimizer": "AdamW(fused=True)", "median_step_s": torch_best},
+        "tessera_over_pytorch": m["step"] / torch_best,
+        "tessera_step_over_gemm": m["step"] / m["gemm_only"],
+    }
+    print(f"{gpu}: MLP {args.layers} x {args.dim}, batch {args.batch}, fp32 (TF32 off)")
+    print(f"  Tessera step {m['step'] * 1e3:.2f} ms (its GEMMs alone {m['gemm_only'] * 1e3:.2f} ms, "
+          f"optimizer alone {m['optimizer_only'] * 1e3:.2f} ms)")
+    print(f"  PyTorch eager, fused AdamW: step {torch_best * 1e3:.2f} ms ({framework})")
+    print(f"  Tessera / PyTorch = {out['tessera_over_pytorch']:.3f} (goal <= 1.0); "
+          f"Tessera step / its GEMMs = {out['tessera_step_over_gemm']:.3f} (goal <= 1.1)")
+    if args.json:
+        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Runs a CUDA build's test suite and apps on a machine with an NVIDIA GPU:
+#
+#   scripts/test-gpu.sh [BUILD_DIR] [ctest arguments...]     (BUILD_DIR default: build-cuda)
+#
+# 1. the whole ctest suite: every test on the GPU, the collective tests with host and
+#    device buffers on MPI, Gloo and NCCL (NCCL on one rank per GPU; configure with
+#    -DTESSERA_TEST_GPUS=N to run it on N ranks);
+# 2. the apps: tessera-train on one GPU (auto picks NCCL) and on 2 ranks sharing it (auto
+#    picks MPI, which stages device buffers through host memory), tessera-collectives on
+#    NCCL and on MPI;
+# 3. where PyTorch is importable, perf/compare_pytorch_gpu.py: Tessera beside PyTorch eager
+#    on the same model (JSON in perf/results/).
+# Prints a summary and exits non-zero when anything failed.
+set -uo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build="${1:-$root/build-cuda}"
+[ $# -gt 0 ] && shift
+build="$(cd "$build" 2>/dev/null && pwd)" || { echo "test-gpu.sh: no build directory '$build'" >&2; exit 2; }
+if ! nvidia-smi -L >/dev/null 2>&1; then
+  echo "test-gpu.sh: no NVIDIA GPU is visible here (nvidia-smi -L failed); run it on a GPU node" >&2
+  exit 2
+fi
+nvidia-smi -L
+if [ "$(id -u)" -eq 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
+mpirun=(mpiexec)
+mpiexec --version 2>/dev/null | grep -q "Open MPI" && mpirun+=(--oversubscribe --bind-to none)
+out="$root/perf/results"
+mkdir -p "$out"
+failed=()
+step() {  # step NAME COMMAND...: runs it, records a failure
+  local name=$1; shift
+  echo; echo "=== $name: $*"
+  if "$@"; then echo "=== $name: ok"; else echo "=== $name: FAILED"; failed+=("$name"); fi
+}
+
+step "test suite" ctest --test-dir "$build" --output-on-failure "$@"
+
+train="$build/apps/tessera-train/tessera-train"
+demo="$build/apps/tessera-collectives/tessera-collectives"
+py=$(command -v python3)
+step "tessera-train, 1 GPU" sh -c "'$train' --train.steps 100 --metrics '$out/gpu_train_1.jsonl' &&
+  '$py' '$root/tests/check_train_metrics.py' '$out/gpu_train_1.jsonl' 100 10"
+step "tessera-train, 2 ranks on one GPU" sh -c "${mpirun[*]} -n 2 '$train' --train.steps 30 --metrics '$out/gpu_train_2.jsonl' &&
+  '$py' '$root/tests/check_train_metrics.py' '$out/gpu_train_2.jsonl' 30 2"
+step "tessera-collectives, nccl" "$demo" --backend nccl
+step "tessera-collectives, 2 ranks mpi" "${mpirun[@]}" -n 2 "$demo" --backend mpi
+
+if "$py" -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
+  step "Tessera beside PyTorch" "$py" "$root/perf/compare_pytorch_gpu.py" --bench "$build/perf/tessera-bench-ddp" \
+    --json "$out/gpu_vs_pytorch.json"
+else
+  echo; echo "=== PyTorch with CUDA is not importable here: perf/compare_pytorch_gpu.py skipped"
+fi
+
+echo
+if [ ${#failed[@]} -eq 0 ]; then
+  echo "test-gpu.sh: everything passed"
+else
+  printf 'test-gpu.sh: FAILED: %s\n' "${failed[@]}"
+  exit 1
+fi

@@ -1,0 +1,59 @@
+#include <tessera/core/host_threads.hpp>
+#include <tessera/core/session.hpp>
+
+#include <sched.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <mutex>
+
+#if TESSERA_HAVE_OPENBLAS_THREADS
+#include <cblas.h>
+#endif
+
+namespace tessera {
+namespace {
+int cores_allowed() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return 0;
+  return CPU_COUNT(&set);
+}
+
+HostThreads choose() {
+  HostThreads h;
+  for (const char* var : {"OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"}) {
+    if (const char* v = std::getenv(var); v != nullptr && *v != '\0') {
+      h.threads = std::max(1, std::atoi(v));
+      h.reason = std::string(var) + "=" + v;
+#if TESSERA_HAVE_OPENBLAS_THREADS
+      h.threads = openblas_get_num_threads();
+#endif
+      return h;
+    }
+  }
+  const int online = std::max(1, static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)));
+  const int allowed = cores_allowed() > 0 ? cores_allowed() : online;
+  const int ranks = Session::active() ? std::max(1, Session::current().local_size()) : 1;
+  h.threads = std::max(1, std::min(allowed, online / ranks));
+  h.reason = std::to_string(online) + " cores / " + std::to_string(ranks) + (ranks == 1 ? " rank" : " ranks") +
+             " on this node";
+  if (allowed < online) h.reason += ", " + std::to_string(allowed) + " bound to this rank";
+#if TESSERA_HAVE_OPENBLAS_THREADS
+  openblas_set_num_threads(h.threads);
+#else
+  h.reason = "this BLAS is not OpenBLAS: its own default (set OMP_NUM_THREADS to choose)";
+#endif
+  return h;
+}
+}  // namespace
+
+const HostThreads& host_threads() {
+  static std::once_flag once;
+  static HostThreads chosen;
+  std::call_once(once, [] { chosen = choose(); });
+  return chosen;
+}
+
+}  // namespace tessera

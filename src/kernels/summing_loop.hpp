@@ -1,0 +1,43 @@
+#pragma once
+// Internal: an elementwise loop that also sums one float per element (e.g. an optimizer
+// update that reports its gradients' squared norm in the same pass over memory), shaped so
+// that both vectorize on the host: consecutive chunks, each an `omp simd` loop whose sum is
+// its reduction. The pragma lets the compiler reorder that sum and nothing else, so every
+// element is computed exactly as in a scalar loop. On a GPU every element is its own chunk.
+
+#include <Kokkos_Core.hpp>
+
+#include <cstddef>
+
+#include <tessera/core/memory.hpp>
+
+#if !defined(__CUDA_ARCH__) && (defined(__GNUC__) || defined(__clang__))
+#define TESSERA_SIMD_SUM _Pragma("omp simd reduction(+ : tessera_sum)")
+#else
+#define TESSERA_SIMD_SUM
+#endif
+
+namespace tessera::kernels {
+
+/// Calls f(i) for every i in [begin, end) and returns the sum (in double) of what it returns.
+template <class F>
+double for_each_summing(const char* label, std::size_t begin, std::size_t end, const F& f) {
+  constexpr std::size_t chunk = memory_kind_of_space<DeviceMemorySpace>() == MemoryKind::Host ? 4096 : 1;
+  if (end <= begin) return 0.0;
+  const std::size_t chunks = (end - begin + chunk - 1) / chunk;
+  double total = 0;
+  Kokkos::parallel_reduce(
+      label, Kokkos::RangePolicy<>(0, chunks),
+      KOKKOS_LAMBDA(std::size_t c, double& acc) {
+        const std::size_t lo = begin + c * chunk;
+        const std::size_t hi = end - lo < chunk ? end : lo + chunk;
+        double tessera_sum = 0.0;
+        TESSERA_SIMD_SUM
+        for (std::size_t i = lo; i < hi; ++i) tessera_sum += static_cast<double>(f(i));
+        acc += tessera_sum;
+      },
+      total);
+  return total;
+}
+
+}  // namespace tessera::kernels
