@@ -8,6 +8,7 @@
 #endif
 
 #include <atomic>
+#include <cstdlib>
 #include <mutex>
 #include <vector>
 
@@ -64,6 +65,11 @@ void Session::start_runtimes(int* argc, char*** argv) {
   MPI_Initialized(&initialized);
   int provided = MPI_THREAD_SINGLE;
   if (!initialized) {
+    // A communicator's progress thread usually shares a core with the thread that computes.
+    // Open MPI's blocking calls spin while they wait; told to yield, they leave that core to
+    // the computation (measured on 2 ranks of 2 cores: a DDP step 62.0 -> 54.5 ms). Only a
+    // default: a value the user set is kept.
+    setenv("OMPI_MCA_mpi_yield_when_idle", "1", 0);
     // Async collectives run on a progress thread per communicator while the caller keeps
     // using MPI, so every thread may call MPI at once.
     const int rc = MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);

@@ -19,15 +19,15 @@
 
 namespace tessera::kernels {
 
-/// Calls f(i) for every i in [begin, end) and returns the sum (in double) of what it returns.
+/// Queues f(i) for every i in [begin, end) on `space` and the sum (in double) of what it
+/// returns into `sum`; returns at once where the space runs asynchronously (a GPU).
 template <class F>
-double for_each_summing(const char* label, std::size_t begin, std::size_t end, const F& f) {
+void for_each_summing(const char* label, const Kokkos::DefaultExecutionSpace& space, std::size_t begin, std::size_t end,
+                      const F& f, const Kokkos::View<double, DeviceMemorySpace>& sum) {
   constexpr std::size_t chunk = memory_kind_of_space<DeviceMemorySpace>() == MemoryKind::Host ? 4096 : 1;
-  if (end <= begin) return 0.0;
-  const std::size_t chunks = (end - begin + chunk - 1) / chunk;
-  double total = 0;
+  const std::size_t chunks = end > begin ? (end - begin + chunk - 1) / chunk : 0;
   Kokkos::parallel_reduce(
-      label, Kokkos::RangePolicy<>(0, chunks),
+      label, Kokkos::RangePolicy<>(space, 0, chunks),
       KOKKOS_LAMBDA(std::size_t c, double& acc) {
         const std::size_t lo = begin + c * chunk;
         const std::size_t hi = end - lo < chunk ? end : lo + chunk;
@@ -36,8 +36,7 @@ double for_each_summing(const char* label, std::size_t begin, std::size_t end, c
         for (std::size_t i = lo; i < hi; ++i) tessera_sum += static_cast<double>(f(i));
         acc += tessera_sum;
       },
-      total);
-  return total;
+      sum);
 }
 
 }  // namespace tessera::kernels

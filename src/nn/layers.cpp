@@ -17,6 +17,21 @@ Kokkos::View<T*, DeviceMemorySpace, Kokkos::MemoryUnmanaged> flat(const View2D<T
   if (!m.span_is_contiguous()) throw Error("internal: a padded matrix reached an elementwise kernel");
   return Kokkos::View<T*, DeviceMemorySpace, Kokkos::MemoryUnmanaged>(m.data(), m.size());
 }
+/// y(i, j) += b(j). On a GPU as one flat range (coalesced: consecutive threads take
+/// consecutive elements of a row); on the host as rows, whose inner loop vectorizes.
+void add_bias(const View2D<float>& y, const View1D<const float>& b) {
+  const std::size_t rows = y.extent(0), cols = y.extent(1);
+  if constexpr (memory_kind_of_space<DeviceMemorySpace>() == MemoryKind::Device) {
+    const auto flat_y = flat(y);
+    Kokkos::parallel_for(
+        "tessera::linear::bias", Kokkos::RangePolicy<>(0, rows * cols),
+        KOKKOS_LAMBDA(std::size_t k) { flat_y(k) += b(k % cols); });
+  } else {
+    Kokkos::parallel_for(
+        "tessera::linear::bias", Kokkos::MDRangePolicy<Kokkos::Rank<2>>({0, 0}, {rows, cols}),
+        KOKKOS_LAMBDA(std::size_t i, std::size_t j) { y(i, j) += b(j); });
+  }
+}
 }  // namespace
 
 Linear::Linear(ParameterStore& store, const std::string& name, std::size_t in, std::size_t out, bool bias)
@@ -35,13 +50,7 @@ View2D<float> Linear::forward(const View2D<const float>& x) {
   const std::size_t batch = x.extent(0);
   ensure_shape(y_, batch, out_, "tessera::linear::y");
   kernels::gemm(Trans::No, Trans::Yes, 1.0f, x, weight_->value2d(), 0.0f, y_);
-  if (bias_ != nullptr) {
-    auto y = y_;
-    auto b = bias_->value;
-    Kokkos::parallel_for(
-        "tessera::linear::bias", Kokkos::MDRangePolicy<Kokkos::Rank<2>>({0, 0}, {batch, out_}),
-        KOKKOS_LAMBDA(std::size_t i, std::size_t j) { y(i, j) += b(j); });
-  }
+  if (bias_ != nullptr) add_bias(y_, bias_->value);
   return y_;
 }
 
@@ -60,10 +69,18 @@ View2D<float> Linear::backward(const View2D<const float>& dy) {
                   View2D<float>(bias_->grad.data(), bias_->numel, 1));
     grad_ready(*bias_);
   }
-  if (!input_grad_) return {};
+  auto release = [&] {
+    released(*weight_);
+    if (bias_ != nullptr) released(*bias_);
+  };
+  if (!input_grad_) {
+    release();
+    return {};
+  }
   // dx = dy W, computed after the gradients are handed over so their communication overlaps it.
   ensure_shape(dx_, batch, in_, "tessera::linear::dx");
   kernels::gemm(Trans::No, Trans::No, 1.0f, dy, weight_->value2d(), 0.0f, dx_);
+  release();  // W is read by nothing after the GEMM just queued
   return dx_;
 }
 
@@ -115,6 +132,11 @@ MLP::MLP(ParameterStore& store, std::size_t layers, std::size_t dim, const std::
 void MLP::set_input_grad(bool needed) {
   input_grad_ = needed;
   linears_.front()->set_input_grad(needed);
+}
+
+void MLP::set_release_hook(ReleaseHook hook) {
+  release_hook_ = hook;
+  for (auto& l : linears_) l->set_release_hook(hook);
 }
 
 void MLP::set_grad_ready_hook(GradReadyHook hook) {

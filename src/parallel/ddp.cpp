@@ -48,10 +48,13 @@ DistributedDataParallel::DistributedDataParallel(nn::Module& model, nn::Paramete
   }
   pending_.resize(buckets_.size());
   launched_.resize(buckets_.size());
+  handed_.resize(buckets_.size());
+  unreleased_.resize(buckets_.size());
   work_.resize(buckets_.size());
   if (options.grad_dtype == DType::BFloat16)
     for (const auto& b : buckets_) wire_.emplace_back("tessera::ddp::bf16", b.numel);
   model.set_grad_ready_hook([this](nn::Parameter& p) { on_grad_ready(p); });
+  model.set_release_hook([this](nn::Parameter& p) { on_released(p); });
 }
 
 DistributedDataParallel::~DistributedDataParallel() {
@@ -86,27 +89,49 @@ void DistributedDataParallel::verify_replicas_identical() {
                   "' does not hold the same values on every rank; initialise every rank from the same seed");
 }
 
-void DistributedDataParallel::begin_step() {
+void DistributedDataParallel::begin_step(BucketCallback on_bucket) {
   for (std::size_t b = 0; b < buckets_.size(); ++b) {
-    pending_[b] = buckets_[b].parameters.size();
+    pending_[b] = unreleased_[b] = buckets_[b].parameters.size();
     launched_[b] = false;
+    handed_[b] = false;
   }
+  on_bucket_ = std::move(on_bucket);
   ready_ = 0;
   stats_ = {};
   in_step_ = true;
 }
 
 void DistributedDataParallel::on_grad_ready(nn::Parameter& p) {
-  if (!sync_ || !in_step_ || comm_.size() == 1) return;  // one replica: its gradients are the average
+  if (!sync_ || !in_step_) return;
   ++ready_;
   const std::size_t b = bucket_of_.at(&p);
   if (pending_[b] == 0)
     throw Error("DistributedDataParallel: the gradient of '" + p.name +
                 "' was reported twice in one backward pass (shared parameters are not supported yet)");
-  if (--pending_[b] == 0) {
+  // One replica's gradients are already the average: nothing to launch.
+  if (--pending_[b] == 0 && comm_.size() > 1) {
     launch(b);
     ++stats_.buckets_launched_during_backward;
   }
+}
+
+void DistributedDataParallel::on_released(nn::Parameter& p) {
+  // One rank: once backward is done with every parameter of a bucket, its gradients are final
+  // and its values may change, so the optimizer may update it beside the rest of backward.
+  if (!sync_ || !in_step_ || comm_.size() > 1) return;
+  const std::size_t b = bucket_of_.at(&p);
+  if (unreleased_[b] > 0 && --unreleased_[b] == 0 && pending_[b] == 0) hand_over(b, false);
+}
+
+void DistributedDataParallel::hand_over(std::size_t b, bool fence) {
+  handed_[b] = true;
+  if (!on_bucket_) return;
+  const auto t = std::chrono::steady_clock::now();
+  on_bucket_(buckets_[b].offset, buckets_[b].numel);
+  // With several ranks the callback's work is timed (it competes with the reductions for the
+  // same cores or GPU); on one rank it is only queued, to run beside backward.
+  if (fence) Kokkos::fence();
+  stats_.on_bucket_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
 void DistributedDataParallel::launch(std::size_t b) {
@@ -123,23 +148,17 @@ void DistributedDataParallel::launch(std::size_t b) {
   }
 }
 
-void DistributedDataParallel::finish_gradient_sync(const std::function<void(std::size_t, std::size_t)>& on_bucket) {
+void DistributedDataParallel::finish_gradient_sync() {
   if (!in_step_)
     throw Error(
         "DistributedDataParallel::finish_gradient_sync without begin_step() before backward; the "
         "gradients would not be averaged");
   const auto start = std::chrono::steady_clock::now();
+  const double before = stats_.on_bucket_s;
   store_.settle_grads();  // gradients of parameters this step's backward did not reach are zero
-  double callbacks = 0;
-  auto callback = [&](std::size_t offset, std::size_t count) {
-    if (!on_bucket) return;
-    const auto t = std::chrono::steady_clock::now();
-    on_bucket(offset, count);
-    Kokkos::fence();
-    callbacks += std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-  };
   if (comm_.size() == 1) {
-    callback(0, store_.numel());  // the buckets tile the store: one call covers them all
+    for (std::size_t b = 0; b < buckets_.size(); ++b)
+      if (!handed_[b]) hand_over(b, false);
   } else {
     for (std::size_t b = 0; b < buckets_.size(); ++b)
       if (!launched_[b]) launch(b);  // e.g. parameters unused in this step's graph
@@ -148,12 +167,13 @@ void DistributedDataParallel::finish_gradient_sync(const std::function<void(std:
       const auto& bucket = buckets_[b];
       if (options_.grad_dtype == DType::BFloat16)
         from_bf16(wire_[b], View1D<float>(store_.grads().data() + bucket.offset, bucket.numel));
-      callback(bucket.offset, bucket.numel);
+      hand_over(b, true);
     }
   }
+  on_bucket_ = nullptr;
   in_step_ = false;
-  stats_.on_bucket_s = callbacks;
-  stats_.exposed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() - callbacks;
+  stats_.exposed_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() - (stats_.on_bucket_s - before);
 }
 
 }  // namespace tessera::parallel

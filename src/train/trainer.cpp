@@ -1,6 +1,8 @@
 #include <tessera/core/error.hpp>
 #include <tessera/train/trainer.hpp>
 
+#include "kernels/side_queue.hpp"
+
 #include <chrono>
 #include <cmath>
 #include <sstream>
@@ -60,6 +62,7 @@ Trainer::Trainer(TrainConfig config, comm::Communicator& comm) : config_(std::mo
                                                         comm.size(), config_.seed);
   ddp_ = std::make_unique<parallel::DistributedDataParallel>(*model_, store_, comm, config_.ddp);
   ddp_->verify_replicas_identical();
+  side_ = std::make_unique<kernels::SideQueue>();
 
   if (config_.optimizer == "sgd") {
     optim::SGDOptions o;
@@ -73,6 +76,7 @@ Trainer::Trainer(TrainConfig config, comm::Communicator& comm) : config_(std::mo
     if (config_.weight_decay >= 0) o.weight_decay = config_.weight_decay;
     optimizer_ = std::make_unique<optim::AdamW>(store_.values(), store_.grads(), o);
   }
+  optimizer_->run_on(side_->space());
 
   const auto micro = static_cast<std::size_t>(config_.global_batch / (ranks * config_.accum));
   inputs_ = View2D<float>("tessera::inputs", micro, config_.dim);
@@ -113,26 +117,33 @@ StepMetrics Trainer::step() {
     m.forward_s += since(t);
     const bool last = k + 1 == config_.accum;
     ddp_->set_sync(last);  // accumulate locally; communicate on the last micro-step only
-    if (last) ddp_->begin_step();
+    if (last && config_.overlap_optimizer) {
+      // Each bucket is updated as soon as its gradients are final: with several ranks when
+      // its reduction completes, while later buckets travel; on one rank during backward,
+      // on a queue of its own beside backward's (a second CUDA stream on a GPU).
+      optimizer_->begin_step();
+      ddp_->begin_step([this](std::size_t offset, std::size_t count) {
+        side_->follow_default();
+        optimizer_->update(offset, count);
+      });
+    } else if (last) {
+      ddp_->begin_step();
+    }
     t = Clock::now();
     model_->backward(dy_);
     Kokkos::fence();
-    m.backward_s += since(t);
+    // Updates run inside backward (one rank) count as the optimizer's time.
+    m.backward_s += since(t) - (last ? ddp_->last_sync().on_bucket_s : 0.0);
   }
-  double grad_sq = 0;  // the optimizer sums the squared gradients as it reads them
-  if (config_.overlap_optimizer) {
-    // Each bucket is updated as soon as its reduction completes, while later buckets travel.
+  ddp_->finish_gradient_sync();
+  const auto t = Clock::now();
+  if (!config_.overlap_optimizer) {
+    side_->follow_default();
     optimizer_->begin_step();
-    ddp_->finish_gradient_sync(
-        [&](std::size_t offset, std::size_t count) { grad_sq += optimizer_->update(offset, count); });
-    m.optimizer_s = ddp_->last_sync().on_bucket_s;
-  } else {
-    ddp_->finish_gradient_sync();
-    const auto t = Clock::now();
-    grad_sq = optimizer_->step();
-    Kokkos::fence();
-    m.optimizer_s = since(t);
+    optimizer_->update(0, optimizer_->size());
   }
+  const double grad_sq = optimizer_->grad_square_sum();  // summed by the updates as they read the gradients
+  m.optimizer_s = ddp_->last_sync().on_bucket_s + since(t);
   m.comm_exposed_s = ddp_->last_sync().exposed_s;
 
   double loss = loss_sum / static_cast<double>(config_.accum);

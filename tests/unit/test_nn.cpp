@@ -390,17 +390,20 @@ TEST(Optimizers, UpdatingRangesInAnyOrderEqualsOneWholeStep) {
     grad[i] = std::cos(static_cast<double>(i) * 0.7);
   }
   for (int which = 0; which < 2; ++which) {
-    View1D<float> p1("p1", n), g("g", n), p2("p2", n);
+    View1D<float> p1("p1", n), g("g", n), p2("p2", n), p3("p3", n);
     put(p1, init);
     put(p2, init);
+    put(p3, init);
     put(g, grad);
-    std::unique_ptr<optim::Optimizer> whole, ranged;
+    std::unique_ptr<optim::Optimizer> whole, ranged, pieces;
     if (which == 0) {
       whole = std::make_unique<optim::AdamW>(p1, g);
       ranged = std::make_unique<optim::AdamW>(p2, g);
+      pieces = std::make_unique<optim::AdamW>(p3, g);
     } else {
       whole = std::make_unique<optim::SGD>(p1, g, optim::SGDOptions{0.1f, 0.9f, 0.0f});
       ranged = std::make_unique<optim::SGD>(p2, g, optim::SGDOptions{0.1f, 0.9f, 0.0f});
+      pieces = std::make_unique<optim::SGD>(p3, g, optim::SGDOptions{0.1f, 0.9f, 0.0f});
     }
     double want = 0;
     for (std::size_t i = 0; i < n; ++i) {
@@ -411,12 +414,21 @@ TEST(Optimizers, UpdatingRangesInAnyOrderEqualsOneWholeStep) {
       const double all = whole->step();
       ranged->begin_step();
       // Reverse order, uneven ranges, like gradient buckets.
-      const double parts = ranged->update(7000, 3000) + ranged->update(1000, 6000) + ranged->update(0, 1000);
+      ranged->update(7000, 3000);
+      ranged->update(1000, 6000);
+      ranged->update(0, 1000);
+      const double parts = ranged->grad_square_sum();
       EXPECT_NEAR(all, want, 1e-6 * want) << ranged->name();
       EXPECT_NEAR(parts, want, 1e-6 * want) << ranged->name();
+      pieces->begin_step();
+      for (std::size_t k = n / 100; k-- > 0;) pieces->update(k * 100, 100);  // more ranges than it first keeps sums for
+      EXPECT_NEAR(pieces->grad_square_sum(), want, 1e-6 * want) << pieces->name();
     }
-    const auto a = host_copy(p1), b = host_copy(p2);
-    for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(a(i), b(i)) << ranged->name() << " element " << i;
+    const auto a = host_copy(p1), b = host_copy(p2), c = host_copy(p3);
+    for (std::size_t i = 0; i < n; ++i) {
+      ASSERT_EQ(a(i), b(i)) << ranged->name() << " element " << i;
+      ASSERT_EQ(a(i), c(i)) << pieces->name() << " element " << i;
+    }
   }
 }
 }  // namespace

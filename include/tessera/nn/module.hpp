@@ -12,6 +12,10 @@ namespace tessera::nn {
 /// Called during backward as soon as a parameter's gradient is final (used by DDP to start
 /// communicating a bucket while the rest of backward runs).
 using GradReadyHook = std::function<void(Parameter&)>;
+/// Called during backward once backward will neither write a parameter's gradient nor read
+/// its value again (the work that reads it is queued), so that its value may change: the
+/// optimizer may update it while the rest of backward runs.
+using ReleaseHook = std::function<void(Parameter&)>;
 
 class Module {
  public:
@@ -24,6 +28,7 @@ class Module {
   /// (owned by the module), or an empty view when the input gradient is switched off.
   virtual View2D<float> backward(const View2D<const float>& dy) = 0;
   virtual void set_grad_ready_hook(GradReadyHook hook) { hook_ = std::move(hook); }
+  virtual void set_release_hook(ReleaseHook hook) { release_hook_ = std::move(hook); }
   /// Whether backward() computes dL/dx (default true). A model whose input is data, not an
   /// activation, switches it off and saves the first layer's input-gradient GEMM.
   virtual void set_input_grad(bool needed) { input_grad_ = needed; }
@@ -33,7 +38,11 @@ class Module {
   void grad_ready(Parameter& p) const {
     if (hook_) hook_(p);
   }
+  void released(Parameter& p) const {
+    if (release_hook_) release_hook_(p);
+  }
   GradReadyHook hook_;
+  ReleaseHook release_hook_;
   bool input_grad_ = true;
 };
 

@@ -15,24 +15,43 @@ class Optimizer {
  public:
   virtual ~Optimizer() = default;
   /// One update of `params` from `grads` (views of equal length given at construction).
-  /// Returns the sum of the squared gradients, as update() does.
+  /// Returns the sum of the squared gradients (see grad_square_sum()).
   double step() {
     begin_step();
-    return update(0, size());
+    update(0, size());
+    return grad_square_sum();
   }
   /// Starts a step (advances step counters); then update() must cover every element once.
-  virtual void begin_step() = 0;
+  void begin_step();
   /// Applies the current step to elements [offset, offset + count). The rules are
   /// element-wise, so ranges may be updated in any order, e.g. each gradient bucket as soon
-  /// as its reduction completes. Returns the sum of the squares of the gradients it read
-  /// (the gradient norm's share of this range, at no extra pass over memory).
-  virtual double update(std::size_t offset, std::size_t count) = 0;
+  /// as its reduction completes. On a GPU it only queues the kernels and returns.
+  void update(std::size_t offset, std::size_t count);
+  /// Waits for this step's updates and returns the sum of the squares of the gradients they
+  /// read: the squared gradient norm, computed in the updates' own pass over memory.
+  double grad_square_sum();
+  /// Queues later updates on this execution space instance (e.g. a CUDA stream beside the
+  /// one backward runs on, so that they overlap it). Default: the default instance.
+  void run_on(const Kokkos::DefaultExecutionSpace& space) { space_ = space; }
   virtual std::size_t size() const noexcept = 0;
   virtual float lr() const noexcept = 0;
   virtual void set_lr(float lr) = 0;
   /// Bytes of optimizer state this rank holds.
   virtual std::size_t state_bytes() const noexcept = 0;
   virtual const char* name() const noexcept = 0;
+
+ protected:
+  /// Advances the step counters.
+  virtual void start_step() = 0;
+  /// Queues the update of [offset, offset + count) on space_; writes its gradients' sum of
+  /// squares into `grad_square`.
+  virtual void apply(std::size_t offset, std::size_t count,
+                     const Kokkos::View<double, DeviceMemorySpace>& grad_square) = 0;
+  Kokkos::DefaultExecutionSpace space_;
+
+ private:
+  Kokkos::View<double*, DeviceMemorySpace> partials_;  // one sum of squares per update() of the step
+  std::size_t updates_ = 0;
 };
 
 struct SGDOptions {
@@ -46,13 +65,16 @@ struct SGDOptions {
 class SGD final : public Optimizer {
  public:
   SGD(View1D<float> params, View1D<float> grads, SGDOptions options = {});
-  void begin_step() override;
-  double update(std::size_t offset, std::size_t count) override;
   std::size_t size() const noexcept override { return params_.size(); }
   float lr() const noexcept override { return options_.lr; }
   void set_lr(float lr) override { options_.lr = lr; }
   std::size_t state_bytes() const noexcept override { return momentum_.size() * sizeof(float); }
   const char* name() const noexcept override { return "sgd"; }
+
+ protected:
+  void start_step() override;
+  void apply(std::size_t offset, std::size_t count,
+             const Kokkos::View<double, DeviceMemorySpace>& grad_square) override;
 
  private:
   View1D<float> params_, grads_, momentum_;
@@ -73,14 +95,17 @@ struct AdamWOptions {
 class AdamW final : public Optimizer {
  public:
   AdamW(View1D<float> params, View1D<float> grads, AdamWOptions options = {});
-  void begin_step() override;
-  double update(std::size_t offset, std::size_t count) override;
   std::size_t size() const noexcept override { return params_.size(); }
   float lr() const noexcept override { return options_.lr; }
   void set_lr(float lr) override { options_.lr = lr; }
   std::size_t state_bytes() const noexcept override { return 2 * m_.size() * sizeof(float); }
   const char* name() const noexcept override { return "adamw"; }
   std::int64_t steps() const noexcept { return t_; }
+
+ protected:
+  void start_step() override;
+  void apply(std::size_t offset, std::size_t count,
+             const Kokkos::View<double, DeviceMemorySpace>& grad_square) override;
 
  private:
   View1D<float> params_, grads_, m_, v_;

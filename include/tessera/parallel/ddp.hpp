@@ -32,17 +32,19 @@ struct GradientBucket {
 /// What happened to the gradients of one step (for metrics and tests).
 struct SyncStats {
   double exposed_s = 0;    ///< time finish_gradient_sync() waited for communication
-  double on_bucket_s = 0;  ///< time spent in its on_bucket callbacks
+  double on_bucket_s = 0;  ///< time spent in on_bucket callbacks so far this step
   /// For each bucket, in launch order: how many of the model's gradients were ready when it
   /// was launched (fewer than all means it overlapped the rest of backward).
   std::vector<std::size_t> ready_at_launch;
   std::size_t buckets_launched_during_backward = 0;
 };
 
-/// On a communicator of one rank there is nothing to average: no bucket is launched, and
-/// finish_gradient_sync() calls its callback once, over the whole gradient buffer.
+/// On a communicator of one rank there is nothing to average, and no bucket is sent.
 class DistributedDataParallel {
  public:
+  /// Called with a bucket's range of the flat buffers once its gradients are final.
+  using BucketCallback = std::function<void(std::size_t offset, std::size_t count)>;
+
   /// Buckets the store's gradients and installs the model's gradient-ready hook.
   DistributedDataParallel(nn::Module& model, nn::ParameterStore& store, comm::Communicator& comm,
                           DDPOptions options = {});
@@ -52,21 +54,27 @@ class DistributedDataParallel {
   void verify_replicas_identical();
   /// When false, backward leaves gradients local (gradient accumulation's early micro-steps).
   void set_sync(bool sync) noexcept { sync_ = sync; }
-  /// Call before the backward pass of a step that synchronises.
-  void begin_step();
+  /// Call before the backward pass of a step that synchronises. `on_bucket(offset, count)`,
+  /// if given, runs once for every bucket as soon as its gradients are final and backward no
+  /// longer needs its parameters' values, so that an element-wise optimizer update there
+  /// overlaps the rest of the step. With several ranks that is inside
+  /// finish_gradient_sync(), as each bucket's reduction completes while later buckets still
+  /// travel. On one rank, with nothing to reduce, it is during backward, as soon as the model
+  /// has released the bucket's last parameter (Module::set_release_hook).
+  void begin_step(BucketCallback on_bucket = {});
   /// Launches any bucket not yet launched, waits for all, and leaves every gradient averaged
-  /// across ranks. `on_bucket(offset, count)`, if given, runs as soon as each bucket's
-  /// gradients are final (in launch order) while later buckets still travel: an element-wise
-  /// optimizer update there overlaps the rest of the communication. Only the time spent
+  /// across ranks; runs on_bucket for the buckets not yet handed to it. Only the time spent
   /// waiting, not in on_bucket, counts as exposed communication.
-  void finish_gradient_sync(const std::function<void(std::size_t, std::size_t)>& on_bucket = {});
+  void finish_gradient_sync();
 
   const std::vector<GradientBucket>& buckets() const noexcept { return buckets_; }
   const SyncStats& last_sync() const noexcept { return stats_; }
 
  private:
   void on_grad_ready(nn::Parameter& p);
+  void on_released(nn::Parameter& p);
   void launch(std::size_t bucket);
+  void hand_over(std::size_t bucket, bool fence);
 
   nn::ParameterStore& store_;
   comm::Communicator& comm_;
@@ -75,6 +83,9 @@ class DistributedDataParallel {
   std::unordered_map<const nn::Parameter*, std::size_t> bucket_of_;
   std::vector<std::size_t> pending_;  // per bucket: gradients not yet ready this step
   std::vector<bool> launched_;
+  std::vector<bool> handed_;             // on_bucket ran for it this step
+  std::vector<std::size_t> unreleased_;  // per bucket: parameters backward may still read
+  BucketCallback on_bucket_;
   std::vector<comm::Work> work_;
   std::vector<View1D<bfloat16>> wire_;  // bf16 staging per bucket
   std::size_t ready_ = 0;

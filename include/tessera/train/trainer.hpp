@@ -16,6 +16,10 @@
 #include <tessera/optim/optimizer.hpp>
 #include <tessera/parallel/ddp.hpp>
 
+namespace tessera::kernels {
+class SideQueue;
+}
+
 namespace tessera::train {
 
 /// Everything a run needs; apps fill it from flags and config files.
@@ -83,6 +87,7 @@ class Trainer {
   std::unique_ptr<data::DistributedSampler> sampler_;
   std::unique_ptr<parallel::DistributedDataParallel> ddp_;
   std::unique_ptr<optim::Optimizer> optimizer_;
+  std::unique_ptr<kernels::SideQueue> side_;  // where the optimizer's kernels run
   View2D<float> inputs_, targets_, dy_;
   View1D<std::int64_t> labels_;
   std::vector<std::int64_t> micro_indices_;
