@@ -34,7 +34,7 @@ int main(int argc, char** argv) {
   CLI::App app{"Per-step breakdown of data-parallel training, and the step against its GEMMs alone.",
                "mpiexec -n N tessera-bench-ddp"};
   tessera::train::TrainConfig c;
-  int steps = 30, warmup = 5;
+  int steps = 30, warmup = 5, rounds = 3;
   std::string json_path, backend = "auto", grad_dtype = "fp32";
   app.add_option("--layers", c.layers, "MLP layers")->capture_default_str();
   app.add_option("--dim", c.dim, "MLP width")->capture_default_str();
@@ -49,27 +49,23 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--steps", steps, "timed steps")->capture_default_str()->check(CLI::Range(1, 100000));
   app.add_option("--warmup", warmup, "untimed steps first")->capture_default_str()->check(CLI::Range(0, 100000));
+  app.add_option("--rounds", rounds,
+                 "rounds that each time a share of the steps, then the GEMMs, optimizer and all-reduces alone")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000));
   app.add_option("--json", json_path, "write the results as JSON");
 
   return tessera::apps::run_app(argc, argv, app, [&](tessera::Session& session) {
     using namespace tessera;
     c.ddp.grad_dtype = parse_dtype(grad_dtype);
     c.steps = warmup + steps;
+    if (rounds > steps)
+      throw ConfigError("--rounds " + std::to_string(rounds) + " is more than --steps " + std::to_string(steps));
     c.synthetic_samples = std::max<std::int64_t>(c.global_batch * 8, 1024);
     c.validate();
     auto comm = comm::Communicator::create(comm::parse_backend(backend));
     train::Trainer trainer(c, *comm);
-    std::vector<double> step, fwd, bwd, exposed, opt, other;
-    for (int s = 0; s < warmup + steps; ++s) {
-      const auto m = trainer.step();
-      if (s < warmup) continue;
-      step.push_back(m.step_time_s);
-      fwd.push_back(m.forward_s);
-      bwd.push_back(m.backward_s);
-      exposed.push_back(m.comm_exposed_s);
-      opt.push_back(m.optimizer_s);
-      other.push_back(m.step_time_s - m.forward_s - m.backward_s - m.comm_exposed_s - m.optimizer_s);
-    }
+
     // The same GEMMs the step runs (forward y = x W^T; backward dW = dy^T x for every layer
     // and dx = dy W for every layer but the first, whose input is data), on operands of the
     // same shapes and count (every layer its own weight, gradient and activations, so nothing
@@ -87,27 +83,6 @@ int main(int argc, char** argv) {
     }
     View2D<float> dy("dy", b, c.dim), dx("dx", b, c.dim);
     Kokkos::deep_copy(dy, 0.01f);
-    std::vector<double> gemm, gemm_fwd;
-    for (int s = 0; s < warmup + steps; ++s) {
-      MPI_Barrier(MPI_COMM_WORLD);
-      const auto t0 = std::chrono::steady_clock::now();
-      for (std::size_t l = 0; l < c.layers; ++l)
-        kernels::gemm(kernels::Trans::No, kernels::Trans::Yes, 1.0f, acts[l], ws[l], 0.0f, acts[l + 1]);
-      Kokkos::fence();
-      const auto t1 = std::chrono::steady_clock::now();
-      for (std::size_t l = c.layers; l-- > 0;) {
-        kernels::gemm(kernels::Trans::Yes, kernels::Trans::No, 1.0f, dy, acts[l], 0.0f, dws[l]);
-        if (l > 0) kernels::gemm(kernels::Trans::No, kernels::Trans::No, 1.0f, dy, ws[l], 0.0f, dx);
-      }
-      Kokkos::fence();
-      if (s < warmup) continue;
-      gemm.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-      gemm_fwd.push_back(std::chrono::duration<double>(t1 - t0).count());
-    }
-    acts.clear();
-    ws.clear();
-    dws.clear();
-
     // The two other things a step cannot skip, each alone on every rank at once: the
     // optimizer's update of every parameter, and the gradient buckets' all-reduces.
     const std::size_t numel = trainer.parameters().numel();
@@ -119,21 +94,72 @@ int main(int argc, char** argv) {
       optimizer = std::make_unique<optim::SGD>(values, grads, optim::SGDOptions{});
     else
       optimizer = std::make_unique<optim::AdamW>(values, grads, optim::AdamWOptions{});
-    std::vector<double> opt_alone, comm_alone;
-    for (int s = 0; s < warmup + steps; ++s) {
+
+    using Clock = std::chrono::steady_clock;
+    auto seconds = [](Clock::time_point a, Clock::time_point b) {
+      return std::chrono::duration<double>(b - a).count();
+    };
+    std::vector<double> step, fwd, bwd, exposed, opt, other, gemm, gemm_fwd, opt_alone, comm_alone;
+    auto train_step = [&](bool keep) {
+      const auto m = trainer.step();
+      if (!keep) return;
+      step.push_back(m.step_time_s);
+      fwd.push_back(m.forward_s);
+      bwd.push_back(m.backward_s);
+      exposed.push_back(m.comm_exposed_s);
+      opt.push_back(m.optimizer_s);
+      other.push_back(m.step_time_s - m.forward_s - m.backward_s - m.comm_exposed_s - m.optimizer_s);
+    };
+    auto gemms = [&](bool keep) {
       MPI_Barrier(MPI_COMM_WORLD);
-      auto t0 = std::chrono::steady_clock::now();
+      const auto t0 = Clock::now();
+      for (std::size_t l = 0; l < c.layers; ++l)
+        kernels::gemm(kernels::Trans::No, kernels::Trans::Yes, 1.0f, acts[l], ws[l], 0.0f, acts[l + 1]);
+      Kokkos::fence();
+      const auto t1 = Clock::now();
+      for (std::size_t l = c.layers; l-- > 0;) {
+        kernels::gemm(kernels::Trans::Yes, kernels::Trans::No, 1.0f, dy, acts[l], 0.0f, dws[l]);
+        if (l > 0) kernels::gemm(kernels::Trans::No, kernels::Trans::No, 1.0f, dy, ws[l], 0.0f, dx);
+      }
+      Kokkos::fence();
+      if (!keep) return;
+      gemm.push_back(seconds(t0, Clock::now()));
+      gemm_fwd.push_back(seconds(t0, t1));
+    };
+    auto optimizer_alone = [&](bool keep) {
+      MPI_Barrier(MPI_COMM_WORLD);
+      const auto t0 = Clock::now();
       optimizer->step();
       Kokkos::fence();
-      if (s >= warmup)
-        opt_alone.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      if (keep) opt_alone.push_back(seconds(t0, Clock::now()));
+    };
+    auto all_reduces_alone = [&](bool keep) {
       MPI_Barrier(MPI_COMM_WORLD);
-      t0 = std::chrono::steady_clock::now();
+      const auto t0 = Clock::now();
+      // A sum, as in the step: the trainer divides the loss gradient by the ranks instead.
       for (const auto& bucket : trainer.ddp().buckets())
-        comm->all_reduce(View1D<float>(grads.data() + bucket.offset, bucket.numel), comm::ReduceOp::Avg);
-      if (s >= warmup)
-        comm_alone.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        comm->all_reduce(View1D<float>(grads.data() + bucket.offset, bucket.numel), comm::ReduceOp::Sum);
+      if (keep) comm_alone.push_back(seconds(t0, Clock::now()));
+    };
+    // Each part is timed in every round, one after the other, so that a change in what else
+    // the machine runs touches the step and its floor alike.
+    for (int s = 0; s < warmup; ++s) {
+      train_step(false);
+      gemms(false);
+      optimizer_alone(false);
+      all_reduces_alone(false);
     }
+    for (int r = 0, done = 0; r < rounds; ++r) {
+      const int n = (steps - done) / (rounds - r);
+      done += n;
+      for (int s = 0; s < n; ++s) train_step(true);
+      for (int s = 0; s < n; ++s) gemms(true);
+      for (int s = 0; s < n; ++s) optimizer_alone(true);
+      for (int s = 0; s < n; ++s) all_reduces_alone(true);
+    }
+    acts.clear();
+    ws.clear();
+    dws.clear();
 
     // Report the slowest rank's medians.
     double med[10] = {median(step),  median(fwd),  median(bwd),      median(exposed),   median(opt),
@@ -177,7 +203,8 @@ int main(int argc, char** argv) {
               {"grad_dtype", dtype_name(c.ddp.grad_dtype)},
               {"bucket_mb", c.ddp.bucket_mb},
               {"overlap_optimizer", c.overlap_optimizer},
-              {"steps", steps}}},
+              {"steps", steps},
+              {"rounds", rounds}}},
             {"median_s",
              {{"step", med[0]},
               {"forward", med[1]},

@@ -140,11 +140,12 @@ void DistributedDataParallel::launch(std::size_t b) {
   const auto& bucket = buckets_[b];
   View1D<float> grads(store_.grads().data() + bucket.offset, bucket.numel);
   // The communicator waits for the kernels that write the gradients before it reads them.
+  const auto op = options_.loss_gradient_divided ? comm::ReduceOp::Sum : comm::ReduceOp::Avg;
   if (options_.grad_dtype == DType::BFloat16) {
     to_bf16(grads, wire_[b]);
-    work_[b] = comm_.all_reduce_async(wire_[b], comm::ReduceOp::Avg);
+    work_[b] = comm_.all_reduce_async(wire_[b], op);
   } else {
-    work_[b] = comm_.all_reduce_async(grads, comm::ReduceOp::Avg);
+    work_[b] = comm_.all_reduce_async(grads, op);
   }
 }
 

@@ -60,7 +60,9 @@ Trainer::Trainer(TrainConfig config, comm::Communicator& comm) : config_(std::mo
   store_.initialize(config_.seed);
   sampler_ = std::make_unique<data::DistributedSampler>(dataset_->size(), config_.global_batch, comm.rank(),
                                                         comm.size(), config_.seed);
-  ddp_ = std::make_unique<parallel::DistributedDataParallel>(*model_, store_, comm, config_.ddp);
+  parallel::DDPOptions ddp = config_.ddp;
+  ddp.loss_gradient_divided = true;  // step() divides the loss gradient by the ranks
+  ddp_ = std::make_unique<parallel::DistributedDataParallel>(*model_, store_, comm, ddp);
   ddp_->verify_replicas_identical();
   side_ = std::make_unique<kernels::SideQueue>();
 
@@ -104,10 +106,12 @@ StepMetrics Trainer::step() {
     auto t = Clock::now();
     auto y = model_->forward(inputs_);
     loss_sum += dataset_->has_labels() ? nn::cross_entropy_loss(y, labels_, dy_) : nn::mse_loss(y, targets_, dy_);
-    if (config_.accum > 1) {
-      // Each micro-step's loss is a mean over its micro-batch; the step's is their mean.
+    if (config_.accum * comm_.size() > 1) {
+      // Each micro-step's loss is a mean over its micro-batch; the step's is their mean over
+      // the micro-steps and the ranks, so its gradient is divided by both here, on the
+      // small loss gradient, and DDP only sums (config_.ddp.loss_gradient_divided).
       auto dy = dy_;
-      const float scale = 1.0f / static_cast<float>(config_.accum);
+      const float scale = 1.0f / static_cast<float>(config_.accum * comm_.size());
       const std::size_t cols = dy.extent(1);
       Kokkos::parallel_for(
           "tessera::scale_dy", Kokkos::RangePolicy<>(0, dy.extent(0) * cols),

@@ -20,6 +20,10 @@ struct DDPOptions {
   double bucket_mb = 25.0;            ///< size cap of every bucket but the first (MiB of gradients)
   double first_bucket_mb = 1.0;       ///< the first bucket (the last layers) is small so it starts early
   DType grad_dtype = DType::Float32;  ///< Float32 or BFloat16 on the wire (reduced in float32)
+  /// True when the caller divided the loss gradient by the number of ranks before backward
+  /// (the Trainer does): the reduction then only sums, and no pass over the gradients has to
+  /// divide them (MPI and Gloo have no average of their own).
+  bool loss_gradient_divided = false;
 };
 
 /// A contiguous range of the flat gradient buffer, reduced as one all_reduce.
