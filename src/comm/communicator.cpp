@@ -176,8 +176,8 @@ class CommState {
 
   // Staging buffers for ops whose memory the backend cannot use (or that need host-side
   // widening and averaging), and float32 images of 16-bit floats.
-  tessera::detail::Staging stage_in, stage_out, device_in{MemoryKind::Device}, device_out{MemoryKind::Device}, f32_in,
-      f32_out;
+  tessera::detail::Staging stage_in, stage_out, device_in{MemoryKind::Device}, device_out{MemoryKind::Device},
+      f32_in{MemoryKind::Host, false}, f32_out{MemoryKind::Host, false};
   // Fence buffers (see fence()): owned here so an abandoned request never writes freed memory.
   Signature check_mine{};
   std::vector<Signature> check_all;
@@ -477,8 +477,12 @@ class CommState {
   /// backend cannot. The backend's own memory and dtypes go straight through.
   void execute_converted(const Op& op, const Deadline& deadline) {
     const bool convert = needs_conversion(op);
+    // Conversion happens on the host; every backend that needs it moves host memory.
     const MemoryKind wire =
         convert ? MemoryKind::Host : (backend->accepts(op.memory) ? op.memory : tessera::detail::other(op.memory));
+    if (!backend->accepts(wire))
+      throw Error("internal: the " + std::string(backend_name(backend->kind())) +
+                  " backend cannot move the memory this op is staged through");
     const bool stage = wire != op.memory;
     const bool wide = convert && (op.dtype == DType::BFloat16 || op.dtype == DType::Float16);
     const bool average = convert && op.reduce == ReduceOp::Avg;
@@ -760,8 +764,11 @@ Work Communicator::submit(Op op, bool async) {
   if (detail::is_collective(op.type)) op.coll_seq = s.progress.collectives_issued.fetch_add(1);
   s.progress.last_op.store(static_cast<std::uint8_t>(op.type));
   // Device buffers are written by kernels that may still run (asynchronously, on another
-  // stream than the backend's): wait for them here, on the thread that launched them.
-  if (op.memory == MemoryKind::Device && !(s.runs_alone(op) && op.send.data == op.recv.data)) Kokkos::fence();
+  // stream than the backend's): wait for the default execution space's here, on the thread
+  // that launched them. Only for that instance: a global fence would also wait for the
+  // reductions already in flight on the backend's streams.
+  if (op.memory == MemoryKind::Device && !(s.runs_alone(op) && op.send.data == op.recv.data))
+    Kokkos::DefaultExecutionSpace().fence();
   if (!detail::is_collective(op.type)) return submit_transfer(op, async);
   if (!async && s.idle()) {
     s.run(op);

@@ -19,12 +19,12 @@ void copy_bytes(void* dst, MemoryKind to, const void* src, MemoryKind from, std:
 /// The other kind of memory.
 constexpr MemoryKind other(MemoryKind m) { return m == MemoryKind::Host ? MemoryKind::Device : MemoryKind::Host; }
 
-/// A grow-only buffer in host or device memory. Host buffers are page-locked when a CUDA
-/// device is usable, so device copies run at full speed; otherwise (or without CUDA) they
-/// are ordinary memory.
+/// A grow-only buffer in host or device memory. Host buffers for device copies (`pinnable`)
+/// are page-locked when a CUDA device is usable, so those copies run at full speed;
+/// otherwise (or without CUDA) they are ordinary memory.
 class Staging {
  public:
-  explicit Staging(MemoryKind kind = MemoryKind::Host) : kind_(kind) {}
+  explicit Staging(MemoryKind kind = MemoryKind::Host, bool pinnable = true) : kind_(kind), pinnable_(pinnable) {}
   ~Staging() { release(); }
   Staging(const Staging&) = delete;
   Staging& operator=(const Staging&) = delete;
@@ -36,6 +36,7 @@ class Staging {
  private:
   void release() noexcept;
   MemoryKind kind_;
+  bool pinnable_;
   void* data_ = nullptr;
   std::size_t capacity_ = 0;
   bool pinned_ = false;  // how a host data_ was allocated

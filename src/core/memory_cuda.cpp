@@ -40,12 +40,29 @@ void copy_bytes(void* dst, MemoryKind to, const void* src, MemoryKind from, std:
                               : from == MemoryKind::Host ? cudaMemcpyHostToDevice
                                                          : cudaMemcpyDeviceToDevice;
   TESSERA_CHECK_CUDA(cudaMemcpy(dst, src, bytes, kind));
+  // cudaMemcpy may return before a copy into device memory has landed (from pageable host
+  // memory, or device to device), and NCCL's streams are not ordered after it: wait for it.
+  if (to == MemoryKind::Device) TESSERA_CHECK_CUDA(cudaStreamSynchronize(cudaStreamLegacy));
 }
+
+namespace {
+/// Device staging is allocated and freed in stream order on a stream of its own: cudaFree
+/// would wait for every kernel on the device, among them NCCL receives that wait for a peer
+/// (a deadlock), and cudaMalloc may too.
+cudaStream_t staging_stream() {
+  static cudaStream_t stream = [] {
+    cudaStream_t s = nullptr;
+    TESSERA_CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    return s;
+  }();
+  return stream;
+}
+}  // namespace
 
 void Staging::release() noexcept {
   if (data_ == nullptr) return;
   if (kind_ == MemoryKind::Device)
-    cudaFree(data_);
+    cudaFreeAsync(data_, staging_stream());  // whoever used it has completed
   else if (pinned_)
     cudaFreeHost(data_);
   else
@@ -59,12 +76,13 @@ void* Staging::reserve(std::size_t bytes) {
   release();
   pinned_ = false;
   if (kind_ == MemoryKind::Device) {
-    TESSERA_CHECK_CUDA(cudaMalloc(&data_, bytes));
-  } else if (cudaMallocHost(&data_, bytes) == cudaSuccess) {
+    TESSERA_CHECK_CUDA(cudaMallocAsync(&data_, bytes, staging_stream()));
+    TESSERA_CHECK_CUDA(cudaStreamSynchronize(staging_stream()));  // now usable on every stream
+  } else if (pinnable_ && cudaMallocHost(&data_, bytes) == cudaSuccess) {
     pinned_ = true;
   } else {
     // A CUDA build on a machine without a driver or GPU still runs host-only code.
-    cudaGetLastError();
+    if (pinnable_) cudaGetLastError();
     data_ = std::malloc(bytes);
     if (data_ == nullptr) throw Error("out of host memory for a " + std::to_string(bytes) + "-byte buffer");
   }

@@ -43,7 +43,8 @@ HostThreads choose() {
 #if TESSERA_HAVE_OPENBLAS_THREADS
   openblas_set_num_threads(h.threads);
 #else
-  h.reason = "this BLAS is not OpenBLAS: its own default (set OMP_NUM_THREADS to choose)";
+  h.threads = 0;
+  h.reason = "this BLAS is not OpenBLAS: its own default; set OMP_NUM_THREADS to choose";
 #endif
   return h;
 }

@@ -19,24 +19,41 @@
 
 namespace tessera::kernels {
 
+namespace detail {
+/// The loop body of for_each_summing: one chunk of consecutive elements per iteration.
+template <class F>
+struct SummingChunks {
+  static constexpr std::size_t chunk = memory_kind_of_space<DeviceMemorySpace>() == MemoryKind::Host ? 4096 : 1;
+  F f;
+  std::size_t begin, end;
+  std::size_t chunks() const { return end > begin ? (end - begin + chunk - 1) / chunk : 0; }
+  KOKKOS_INLINE_FUNCTION void operator()(std::size_t c, double& acc) const {
+    const std::size_t lo = begin + c * chunk;
+    const std::size_t hi = end - lo < chunk ? end : lo + chunk;
+    double tessera_sum = 0.0;
+    TESSERA_SIMD_SUM
+    for (std::size_t i = lo; i < hi; ++i) tessera_sum += static_cast<double>(f(i));
+    acc += tessera_sum;
+  }
+};
+}  // namespace detail
+
 /// Queues f(i) for every i in [begin, end) on `space` and the sum (in double) of what it
 /// returns into `sum`; returns at once where the space runs asynchronously (a GPU).
 template <class F>
 void for_each_summing(const char* label, const Kokkos::DefaultExecutionSpace& space, std::size_t begin, std::size_t end,
                       const F& f, const Kokkos::View<double, DeviceMemorySpace>& sum) {
-  constexpr std::size_t chunk = memory_kind_of_space<DeviceMemorySpace>() == MemoryKind::Host ? 4096 : 1;
-  const std::size_t chunks = end > begin ? (end - begin + chunk - 1) / chunk : 0;
-  Kokkos::parallel_reduce(
-      label, Kokkos::RangePolicy<>(space, 0, chunks),
-      KOKKOS_LAMBDA(std::size_t c, double& acc) {
-        const std::size_t lo = begin + c * chunk;
-        const std::size_t hi = end - lo < chunk ? end : lo + chunk;
-        double tessera_sum = 0.0;
-        TESSERA_SIMD_SUM
-        for (std::size_t i = lo; i < hi; ++i) tessera_sum += static_cast<double>(f(i));
-        acc += tessera_sum;
-      },
-      sum);
+  const detail::SummingChunks<F> body{f, begin, end};
+  Kokkos::parallel_reduce(label, Kokkos::RangePolicy<>(space, 0, body.chunks()), body, sum);
+}
+
+/// The same on the default instance, waiting for the sum and returning it.
+template <class F>
+double for_each_summing(const char* label, std::size_t begin, std::size_t end, const F& f) {
+  const detail::SummingChunks<F> body{f, begin, end};
+  double total = 0;
+  Kokkos::parallel_reduce(label, Kokkos::RangePolicy<>(0, body.chunks()), body, total);
+  return total;
 }
 
 }  // namespace tessera::kernels

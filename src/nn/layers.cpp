@@ -5,6 +5,7 @@
 
 #include "kernels/fast_math.hpp"
 #include "kernels/gemm.hpp"
+#include "kernels/summing_loop.hpp"
 
 namespace tessera::nn {
 using kernels::Trans;
@@ -28,8 +29,9 @@ void add_bias(const View2D<float>& y, const View1D<const float>& b) {
         KOKKOS_LAMBDA(std::size_t k) { flat_y(k) += b(k % cols); });
   } else {
     Kokkos::parallel_for(
-        "tessera::linear::bias", Kokkos::MDRangePolicy<Kokkos::Rank<2>>({0, 0}, {rows, cols}),
-        KOKKOS_LAMBDA(std::size_t i, std::size_t j) { y(i, j) += b(j); });
+        "tessera::linear::bias", Kokkos::RangePolicy<>(0, rows), KOKKOS_LAMBDA(std::size_t i) {
+          for (std::size_t j = 0; j < cols; ++j) y(i, j) += b(j);
+        });
   }
 }
 }  // namespace
@@ -94,7 +96,7 @@ View2D<float> GELU::forward(const View2D<const float>& x) {
   Kokkos::parallel_for(
       "tessera::gelu", Kokkos::RangePolicy<>(0, in.size()), KOKKOS_LAMBDA(std::size_t k) {
         const float v = in(k);
-        const float c = 0.5f * (1.0f + kernels::fast_erf(v * 0.70710678118654752f));
+        const float c = kernels::fast_normal_cdf(v);
         cdf(k) = c;  // kept for backward, which then needs no erf
         y(k) = v * c;
       });
@@ -174,18 +176,16 @@ float mse_loss(const View2D<const float>& y, const View2D<const float>& target, 
     throw ConfigError("mse_loss: output is " + std::to_string(y.extent(0)) + "x" + std::to_string(y.extent(1)) +
                       " but target is " + std::to_string(target.extent(0)) + "x" + std::to_string(target.extent(1)));
   ensure_shape(dy, y.extent(0), y.extent(1), "tessera::mse::dy");
-  auto g = dy;
-  const std::size_t cols = y.extent(1), n = y.extent(0) * cols;
+  const auto out = flat(y), want = flat(target);
+  const auto g = flat(dy);
+  const std::size_t n = out.size();
   const float scale = n > 0 ? 2.0f / static_cast<float>(n) : 0.0f;
-  double sum = 0;
-  Kokkos::parallel_reduce(
-      "tessera::mse", Kokkos::RangePolicy<>(0, n),
-      KOKKOS_LAMBDA(std::size_t k, double& acc) {
-        const float d = y(k / cols, k % cols) - target(k / cols, k % cols);
-        g(k / cols, k % cols) = scale * d;
-        acc += static_cast<double>(d) * d;
-      },
-      sum);
+  const double sum = kernels::for_each_summing(
+      "tessera::mse", 0, n, KOKKOS_LAMBDA(std::size_t k) {
+        const float d = out(k) - want(k);
+        g(k) = scale * d;
+        return static_cast<double>(d) * d;
+      });
   return n > 0 ? static_cast<float>(sum / static_cast<double>(n)) : 0.0f;
 }
 

@@ -120,17 +120,14 @@ void DistributedDataParallel::on_released(nn::Parameter& p) {
   // and its values may change, so the optimizer may update it beside the rest of backward.
   if (!sync_ || !in_step_ || comm_.size() > 1) return;
   const std::size_t b = bucket_of_.at(&p);
-  if (unreleased_[b] > 0 && --unreleased_[b] == 0 && pending_[b] == 0) hand_over(b, false);
+  if (unreleased_[b] > 0 && --unreleased_[b] == 0 && pending_[b] == 0) hand_over(b);
 }
 
-void DistributedDataParallel::hand_over(std::size_t b, bool fence) {
+void DistributedDataParallel::hand_over(std::size_t b) {
   handed_[b] = true;
   if (!on_bucket_) return;
   const auto t = std::chrono::steady_clock::now();
   on_bucket_(buckets_[b].offset, buckets_[b].numel);
-  // With several ranks the callback's work is timed (it competes with the reductions for the
-  // same cores or GPU); on one rank it is only queued, to run beside backward.
-  if (fence) Kokkos::fence();
   stats_.on_bucket_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
@@ -159,7 +156,7 @@ void DistributedDataParallel::finish_gradient_sync() {
   store_.settle_grads();  // gradients of parameters this step's backward did not reach are zero
   if (comm_.size() == 1) {
     for (std::size_t b = 0; b < buckets_.size(); ++b)
-      if (!handed_[b]) hand_over(b, false);
+      if (!handed_[b]) hand_over(b);
   } else {
     for (std::size_t b = 0; b < buckets_.size(); ++b)
       if (!launched_[b]) launch(b);  // e.g. parameters unused in this step's graph
@@ -168,7 +165,7 @@ void DistributedDataParallel::finish_gradient_sync() {
       const auto& bucket = buckets_[b];
       if (options_.grad_dtype == DType::BFloat16)
         from_bf16(wire_[b], View1D<float>(store_.grads().data() + bucket.offset, bucket.numel));
-      hand_over(b, true);
+      hand_over(b);
     }
   }
   on_bucket_ = nullptr;

@@ -110,14 +110,12 @@ StepMetrics Trainer::step() {
       // Each micro-step's loss is a mean over its micro-batch; the step's is their mean over
       // the micro-steps and the ranks, so its gradient is divided by both here, on the
       // small loss gradient, and DDP only sums (config_.ddp.loss_gradient_divided).
-      auto dy = dy_;
+      const Kokkos::View<float*, DeviceMemorySpace, Kokkos::MemoryUnmanaged> dy(dy_.data(), dy_.size());
       const float scale = 1.0f / static_cast<float>(config_.accum * comm_.size());
-      const std::size_t cols = dy.extent(1);
       Kokkos::parallel_for(
-          "tessera::scale_dy", Kokkos::RangePolicy<>(0, dy.extent(0) * cols),
-          KOKKOS_LAMBDA(std::size_t i) { dy(i / cols, i % cols) *= scale; });
+          "tessera::scale_dy", Kokkos::RangePolicy<>(0, dy.size()), KOKKOS_LAMBDA(std::size_t i) { dy(i) *= scale; });
     }
-    Kokkos::fence();
+    Kokkos::DefaultExecutionSpace().fence();
     m.forward_s += since(t);
     const bool last = k + 1 == config_.accum;
     ddp_->set_sync(last);  // accumulate locally; communicate on the last micro-step only
@@ -129,13 +127,16 @@ StepMetrics Trainer::step() {
       ddp_->begin_step([this](std::size_t offset, std::size_t count) {
         side_->follow_default();
         optimizer_->update(offset, count);
+        // With several ranks the update is timed as the optimizer's (on a GPU the reductions
+        // of later buckets run meanwhile on their own streams); on one rank it only queues.
+        if (comm_.size() > 1) side_->space().fence();
       });
     } else if (last) {
       ddp_->begin_step();
     }
     t = Clock::now();
     model_->backward(dy_);
-    Kokkos::fence();
+    Kokkos::DefaultExecutionSpace().fence();
     // Updates run inside backward (one rank) count as the optimizer's time.
     m.backward_s += since(t) - (last ? ddp_->last_sync().on_bucket_s : 0.0);
   }

@@ -200,6 +200,18 @@ TEST(FastMath, ErfIsWithinFloatAccuracyOfTheDoubleFunction) {
   EXPECT_TRUE(std::isnan(kernels::fast_erf(std::nanf(""))));
 }
 
+TEST(FastMath, NormalCdfIsWithinItsAbsoluteErrorOfTheDoubleFunction) {
+  double worst = 0;
+  for (float x = -12.0f; x < 12.0f; x += 2.9e-4f) {
+    const double want = 0.5 * std::erfc(-static_cast<double>(x) / std::sqrt(2.0));
+    worst = std::max(worst, std::fabs(kernels::fast_normal_cdf(x) - want));
+  }
+  EXPECT_LT(worst, 3e-7);
+  EXPECT_EQ(kernels::fast_normal_cdf(std::numeric_limits<float>::infinity()), 1.0f);
+  EXPECT_EQ(kernels::fast_normal_cdf(-std::numeric_limits<float>::infinity()), 0.0f);
+  EXPECT_TRUE(std::isnan(kernels::fast_normal_cdf(std::nanf(""))));
+}
+
 TEST(GELU, ForwardIsXTimesTheNormalCdfInDouble) {
   const std::size_t rows = 37, cols = 129;  // lengths that leave a vector remainder
   auto x = random_matrix(rows, cols, 11, 6.0f);

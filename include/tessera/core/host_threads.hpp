@@ -9,7 +9,7 @@ namespace tessera {
 
 /// The host BLAS's threads on this rank, and why that many.
 struct HostThreads {
-  int threads = 1;
+  int threads = 1;  ///< 0 when Tessera cannot set them (a BLAS other than OpenBLAS)
   /// e.g. "2 cores / 2 ranks on this node", "OPENBLAS_NUM_THREADS=4", "not OpenBLAS: its own default"
   std::string reason;
 };

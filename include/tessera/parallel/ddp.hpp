@@ -17,9 +17,11 @@
 namespace tessera::parallel {
 
 struct DDPOptions {
-  double bucket_mb = 25.0;            ///< size cap of every bucket but the first (MiB of gradients)
-  double first_bucket_mb = 1.0;       ///< the first bucket (the last layers) is small so it starts early
-  DType grad_dtype = DType::Float32;  ///< Float32 or BFloat16 on the wire (reduced in float32)
+  double bucket_mb = 25.0;       ///< size cap of every bucket but the first (MiB of gradients)
+  double first_bucket_mb = 1.0;  ///< the first bucket (the last layers) is small so it starts early
+  /// Float32 or BFloat16 on the wire (reduced in float32). On one rank nothing is sent, so
+  /// gradients are not rounded to bfloat16 there.
+  DType grad_dtype = DType::Float32;
   /// True when the caller divided the loss gradient by the number of ranks before backward
   /// (the Trainer does): the reduction then only sums, and no pass over the gradients has to
   /// divide them (MPI and Gloo have no average of their own).
@@ -78,7 +80,7 @@ class DistributedDataParallel {
   void on_grad_ready(nn::Parameter& p);
   void on_released(nn::Parameter& p);
   void launch(std::size_t bucket);
-  void hand_over(std::size_t bucket, bool fence);
+  void hand_over(std::size_t bucket);
 
   nn::ParameterStore& store_;
   comm::Communicator& comm_;

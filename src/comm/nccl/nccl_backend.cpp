@@ -4,7 +4,10 @@
 // (ncclCommAbort), which releases the kernels stuck on the GPU.
 #include "comm/nccl/nccl_backend.hpp"
 
+#include <tessera/core/session.hpp>
+
 #include <algorithm>
+#include <cstring>
 #include <string>
 #include <thread>
 #include <vector>
@@ -29,42 +32,56 @@ namespace tessera::comm::detail {
 namespace {
 
 /// The GPU this rank uses: the one Kokkos runs on (it maps the ranks of a node to GPUs when
-/// it starts), or, in a build whose Kokkos has no CUDA backend, the node-local rank's.
-int choose_device(MPI_Comm group, int devices) {
+/// it starts), or, in a build whose Kokkos has no CUDA backend, the one of the rank's index
+/// among the job's ranks on its node (the same for every communicator the rank is in).
+int choose_device(int devices) {
 #ifdef KOKKOS_ENABLE_CUDA
-  (void)group;
   (void)devices;
-  int device = 0;
-  TESSERA_CHECK_CUDA(cudaGetDevice(&device));
-  return device;
+  return Kokkos::DefaultExecutionSpace().cuda_device();
 #else
-  MPI_Comm node;
-  TESSERA_CHECK_MPI(MPI_Comm_split_type(group, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
-  int local = 0;
-  TESSERA_CHECK_MPI(MPI_Comm_rank(node, &local));
-  TESSERA_CHECK_MPI(MPI_Comm_free(&node));
-  return local % devices;
+  return Session::current().local_rank() % devices;
 #endif
 }
 
-/// Collective over group: how many ranks of this rank's node use `device` too (0: none),
-/// the most over the group, and the node's rank count.
+/// Collective over group: true on every rank when every rank has a CUDA device, with the
+/// count of this rank's.
+bool every_rank_has_a_gpu(MPI_Comm group, int& devices, std::string& why) {
+  devices = 0;
+  const cudaError_t rc = cudaGetDeviceCount(&devices);
+  if (rc != cudaSuccess || devices == 0) {
+    cudaGetLastError();
+    why = rc != cudaSuccess ? cudaGetErrorString(rc) : "no device found";
+    devices = 0;
+  }
+  int ok = devices > 0 ? 1 : 0;
+  TESSERA_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, group));
+  return ok == 1;
+}
+
+/// Collective over group: the most ranks of the group that share one physical GPU on a node
+/// (told apart by PCI address, since CUDA_VISIBLE_DEVICES may show each rank its own GPU as
+/// device 0), and this node's rank count.
 struct Sharing {
   int most_per_gpu = 1;
   int ranks_on_node = 1;
 };
 Sharing gpu_sharing(MPI_Comm group, int device) {
+  constexpr int kLength = 32;
+  char mine[kLength] = {};
+  TESSERA_CHECK_CUDA(cudaDeviceGetPCIBusId(mine, kLength, device));
   MPI_Comm node;
   TESSERA_CHECK_MPI(MPI_Comm_split_type(group, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
   int n = 1;
   TESSERA_CHECK_MPI(MPI_Comm_size(node, &n));
-  std::vector<int> all(static_cast<std::size_t>(n));
-  const int rc = MPI_Allgather(&device, 1, MPI_INT, all.data(), 1, MPI_INT, node);
+  std::vector<char> all(static_cast<std::size_t>(n) * kLength);
+  const int rc = MPI_Allgather(mine, kLength, MPI_CHAR, all.data(), kLength, MPI_CHAR, node);
   MPI_Comm_free(&node);
   if (rc != MPI_SUCCESS) TESSERA_CHECK_MPI(rc);
   Sharing s;
   s.ranks_on_node = n;
-  s.most_per_gpu = static_cast<int>(std::count(all.begin(), all.end(), device));
+  s.most_per_gpu = 0;
+  for (int r = 0; r < n; ++r)
+    s.most_per_gpu += std::strncmp(all.data() + static_cast<std::size_t>(r) * kLength, mine, kLength) == 0 ? 1 : 0;
   TESSERA_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &s.most_per_gpu, 1, MPI_INT, MPI_MAX, group));
   return s;
 }
@@ -141,15 +158,14 @@ class NcclBackend final : public Backend {
     TESSERA_CHECK_MPI(MPI_Comm_rank(group_, &rank_));
     TESSERA_CHECK_MPI(MPI_Comm_size(group_, &size_));
     try {
+      // Every check below is collective, so every rank raises the same error together.
       int devices = 0;
-      const cudaError_t rc = cudaGetDeviceCount(&devices);
-      if (rc != cudaSuccess || devices == 0) {
-        cudaGetLastError();
-        throw ConfigError(std::string("the nccl backend needs a CUDA device, and none is usable here (") +
-                          (rc != cudaSuccess ? cudaGetErrorString(rc) : "no device found") +
-                          "); use the mpi or gloo backend");
-      }
-      const int device = choose_device(group_, devices);
+      std::string why;
+      if (!every_rank_has_a_gpu(group_, devices, why))
+        throw ConfigError("the nccl backend needs a CUDA device on every rank, and " +
+                          (devices == 0 ? "none is usable here (" + why + ")" : std::string("another rank has none")) +
+                          "; use the mpi or gloo backend");
+      const int device = choose_device(devices);
       TESSERA_CHECK_CUDA(cudaSetDevice(device));
       // NCCL refuses two ranks of one communicator on one GPU (and would hang or fail inside
       // its initialisation): every rank says so the same way, before NCCL starts.
@@ -318,11 +334,9 @@ std::unique_ptr<Backend> make_nccl_backend(MPI_Comm group, const CommOptions& op
 
 bool nccl_one_gpu_per_rank(MPI_Comm group) {
   int devices = 0;
-  int ok = cudaGetDeviceCount(&devices) == cudaSuccess && devices > 0 ? 1 : 0;
-  if (!ok) cudaGetLastError();
-  TESSERA_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, group));
-  if (!ok) return false;
-  return gpu_sharing(group, choose_device(group, devices)).most_per_gpu == 1;
+  std::string why;
+  if (!every_rank_has_a_gpu(group, devices, why)) return false;
+  return gpu_sharing(group, choose_device(devices)).most_per_gpu == 1;
 }
 
 bool nccl_usable() noexcept {
