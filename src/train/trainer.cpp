@@ -109,7 +109,7 @@ StepMetrics Trainer::step() {
     if (config_.accum * comm_.size() > 1) {
       // Each micro-step's loss is a mean over its micro-batch; the step's is their mean over
       // the micro-steps and the ranks, so its gradient is divided by both here, on the
-      // small loss gradient, and DDP only sums (config_.ddp.loss_gradient_divided).
+      // small loss gradient, and DDP only sums (DDPOptions::loss_gradient_divided).
       const Kokkos::View<float*, DeviceMemorySpace, Kokkos::MemoryUnmanaged> dy(dy_.data(), dy_.size());
       const float scale = 1.0f / static_cast<float>(config_.accum * comm_.size());
       Kokkos::parallel_for(
