@@ -25,6 +25,7 @@ enum class OpType : std::uint8_t {
   Barrier,
   Send,
   Recv,
+  Split,  // only fenced, never executed by a backend
 };
 const char* op_name(OpType type) noexcept;
 inline bool is_collective(OpType t) noexcept { return t != OpType::Send && t != OpType::Recv; }
@@ -93,10 +94,11 @@ class Backend {
   virtual comm::Backend kind() const noexcept = 0;
   /// The MPI communicator that defines this backend's members and ranks.
   virtual MPI_Comm group() const noexcept = 0;
-  /// True when the front end must confirm every rank arrived before every collective,
-  /// because the backend's call cannot itself time out. It must not depend on per-rank
-  /// settings: every rank has to make the same choice.
-  virtual bool needs_arrival_fence() const noexcept = 0;
+  /// True when the front end must confirm, before every collective, that every rank arrived
+  /// at the same op (a fence), because the backend's call cannot time out (MPI's blocking
+  /// collectives) or cannot survive ranks that disagree (Gloo aborts the process). It must
+  /// not depend on per-rank settings: every rank has to make the same choice.
+  virtual bool needs_fence() const noexcept = 0;
   /// True when the backend moves buffers in memory of this kind itself; the front end
   /// stages the others through the other kind.
   virtual bool accepts(MemoryKind memory) const noexcept = 0;

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -17,6 +18,7 @@
 #include "core/device_copy.hpp"
 #include "core/log.hpp"
 #include "core/mpi_check.hpp"
+#include "core/mpi_fence.hpp"
 
 namespace tessera::comm {
 namespace detail {
@@ -33,7 +35,11 @@ struct WorkState {
 };
 
 namespace {
-constexpr int kFenceTag = 100;  // + round; on the fence communicator only
+constexpr int kFenceTag = 100;    // + round; on the fence communicator only
+constexpr int kCreateTag = 7100;  // + round; on the Session's control communicator
+// How long a rank whose op timed out waits for its peers' watchdogs to say where they are
+// (a live one answers within milliseconds).
+constexpr std::chrono::milliseconds kQueryWait{1000};
 
 std::uint64_t fnv1a(const std::string& s) {
   std::uint64_t h = 1469598103934665603ull;
@@ -112,7 +118,68 @@ std::string rank_list(const std::vector<int>& ranks) {
   for (std::size_t i = 0; i < ranks.size(); ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
   return s;
 }
+
+std::uint64_t hash_of(const Signature& sig) {
+  std::uint64_t h = 1469598103934665603ull;
+  const auto mix = [&h](std::uint64_t v) {
+    for (int i = 0; i < 8; ++i, v >>= 8) h = (h ^ (v & 0xffu)) * 1099511628211ull;
+  };
+  mix(sig.coll_seq);
+  mix(sig.count);
+  mix(static_cast<std::uint64_t>(static_cast<std::uint32_t>(sig.root)));
+  mix(static_cast<std::uint64_t>(sig.type) | static_cast<std::uint64_t>(sig.dtype) << 8 |
+      static_cast<std::uint64_t>(sig.reduce) << 16);
+  return h;
+}
 }  // namespace
+
+using tessera::detail::FenceBuffers;
+
+/// Confirms, before `deadline`, that every rank of `comm` has arrived at an op whose signature
+/// hashes to `hash`, and tells whether they all agree (every rank gets the same answer).
+/// Throws DeadlineExceeded when a rank does not come.
+bool agree(MPI_Comm comm, int rank, int size, std::uint64_t hash, FenceBuffers& b, int tag, const Deadline& deadline) {
+  const auto result = tessera::detail::fence(comm, rank, size, hash, b, tag, deadline.at, deadline.none);
+  if (result == tessera::detail::FenceResult::Expired) throw DeadlineExceeded{"waiting for every rank to arrive"};
+  return result == tessera::detail::FenceResult::Agree;
+}
+
+/// Sorts the peers' answers about collective `seq` into the ranks (of this communicator) that
+/// have not reached it, each with what is known of it, and those that have.
+struct ArrivalReport {
+  std::vector<std::string> missing;
+  std::vector<int> arrived;
+};
+ArrivalReport arrivals(const std::vector<PeerStatus>& peers, const std::vector<int>& world_ranks, int self,
+                       std::uint64_t seq, bool collective) {
+  ArrivalReport report;
+  report.arrived.push_back(self);
+  for (const auto& p : peers) {
+    const auto r =
+        std::to_string(std::find(world_ranks.begin(), world_ranks.end(), p.world_rank) - world_ranks.begin());
+    if (!p.responded) {
+      report.missing.push_back(r +
+                               " (did not answer within 1 s: dead, stopped, or stuck where its watchdog cannot run)");
+    } else if (!p.member) {
+      report.missing.push_back(r + " (alive, but has not created this communicator)");
+    } else if (!collective || p.collectives_issued <= seq) {
+      std::string where = r + " (alive";
+      if (p.running_seq > 0)
+        where += std::string(" and waiting in ") + op_name(static_cast<OpType>(p.running_op)) + " #" +
+                 std::to_string(p.running_seq - 1);
+      else if (p.last_op != 255)
+        where += std::string(", not in a collective; its last op was a ") + op_name(static_cast<OpType>(p.last_op)) +
+                 ", of " + std::to_string(p.collectives_issued) + " collectives issued";
+      else
+        where += ", has issued no op here";
+      report.missing.push_back(where + ")");
+    } else {
+      report.arrived.push_back(static_cast<int>(std::stoi(r)));
+    }
+  }
+  std::sort(report.arrived.begin(), report.arrived.end());
+  return report;
+}
 
 /// Everything behind a Communicator: the backend, progress counters, the async worker.
 class CommState {
@@ -131,6 +198,7 @@ class CommState {
     TESSERA_CHECK_MPI(MPI_Group_translate_ranks(mine, size, local.data(), world, world_ranks.data()));
     TESSERA_CHECK_MPI(MPI_Group_free(&mine));
     TESSERA_CHECK_MPI(MPI_Group_free(&world));
+    progress.on_stuck = [this] { stuck(); };
     Watchdog::instance().add(id, &progress);
     device = tessera::detail::current_device();
   }
@@ -181,7 +249,8 @@ class CommState {
   // Fence buffers (see fence()): owned here so an abandoned request never writes freed memory.
   Signature check_mine{};
   std::vector<Signature> check_all;
-  char fence_token = 0, fence_sink = 0;
+  FenceBuffers fence_buffers;
+  Op inside_op;     // the op inside the backend's call (published by progress.inside_until)
   int device = -1;  // the GPU of the thread that created the communicator (-1: none)
 
   /// A posted send/recv and what completing it takes.
@@ -316,6 +385,7 @@ class CommState {
       failure = message;
       failed.store(true);
     }
+    tessera::detail::note_communication_failure();
     backend->abort();
   }
 
@@ -337,9 +407,11 @@ class CommState {
         cv.wait(lock, [&] { return stopping || !queue.empty(); });
         if (queue.empty()) return;
         w = queue.front();
+        // Under the lock: a waiter that gives up on a queued op removes it only while it
+        // has not started, and then it never touches the op's buffers.
+        w->started_at = Clock::now();
+        w->started.store(true);
       }
-      w->started_at = Clock::now();
-      w->started.store(true);
       running_since.store(w->started_at.time_since_epoch().count());
       running.store(true);
       try {
@@ -365,12 +437,23 @@ class CommState {
   void run(const Op& op) {
     ensure_usable();
     const Deadline deadline = Deadline::after(options.timeout);
+    // What peers' questions hear while this op runs (the watchdog answers them).
+    struct Running {
+      Progress& p;
+      Running(Progress& progress, const Op& op) : p(progress) {
+        p.running_op.store(static_cast<std::uint8_t>(op.type));
+        p.running_seq.store(op.coll_seq + 1);
+      }
+      ~Running() { p.running_seq.store(0); }
+    } running_now(progress, op);
+    bool arrived = false;  // the fence confirmed every rank is at this op
     try {
-      if (op.count == 0 && op.type != OpType::Barrier && !op.check) return;
       // Every rank must take the same branch here, so it depends only on the op (check is
       // frozen into it when issued) and the backend, never on this rank's timeout.
-      if (is_collective(op.type) && (op.check || (backend->needs_arrival_fence() && op.type != OpType::Barrier)))
-        fence(op, deadline);
+      const bool fenced = is_collective(op.type) && (op.check || backend->needs_fence());
+      if (fenced) fence(op, deadline);
+      arrived = fenced;
+      if (op.type == OpType::Barrier && fenced) return;  // the fence is a barrier
       if (op.count == 0 && op.type != OpType::Barrier) return;
       if (runs_alone(op)) {
         run_alone(op);
@@ -378,7 +461,7 @@ class CommState {
       }
       execute_converted(op, deadline);
     } catch (const DeadlineExceeded& e) {
-      timed_out(op, e.what);
+      timed_out(op, e.what, arrived);
     } catch (const MismatchError&) {
       throw;  // fence() already marked the failure
     } catch (const ConfigError&) {
@@ -389,11 +472,37 @@ class CommState {
     }
   }
 
+  /// Before a collective on a backend that needs it (needs_fence()): every rank arrived, and
+  /// every rank called the same op, or every rank raises the same MismatchError.
+  /// Runs only the fence of op (a split, which MPI cannot time out): every rank arrives at
+  /// it before the deadline and agrees about it, whatever the backend.
+  void rendezvous(const Op& op) {
+    ensure_usable();
+    progress.running_op.store(static_cast<std::uint8_t>(op.type));
+    progress.running_seq.store(op.coll_seq + 1);
+    try {
+      fence(op, Deadline::after(options.timeout));
+    } catch (const DeadlineExceeded& e) {
+      progress.running_seq.store(0);
+      timed_out(op, e.what);
+    } catch (...) {
+      progress.running_seq.store(0);
+      throw;
+    }
+    progress.running_seq.store(0);
+  }
+
   void fence(const Op& op, const Deadline& deadline) {
     MPI_Request request;
     if (!op.check) {
-      arrival_barrier(deadline);
-      return;
+      if (agree(fence_comm, rank, size, hash_of(signature_of(op)), fence_buffers, kFenceTag, deadline)) return;
+      const std::string message =
+          "collective mismatch on communicator '" + options.name + "' at collective #" + std::to_string(op.coll_seq) +
+          ": this rank called " + describe(op) +
+          ", and at least one other rank called another op, count, dtype, root or reduce op. Every rank must issue "
+          "the same collectives in the same order; TESSERA_COMM_CHECK=1 names which rank called what.";
+      fail(message);
+      throw MismatchError(message, __FILE__, __LINE__);
     }
     // The buffers live in the communicator: after a timeout the gather stays posted (a
     // collective cannot be cancelled) and may still write into them.
@@ -427,29 +536,6 @@ class CommState {
         "roots, in the same order.";
     fail(message);
     throw MismatchError(message, __FILE__, __LINE__);
-  }
-
-  /// A dissemination barrier over zero-byte messages, ceil(log2 p) rounds. It sits in front
-  /// of every blocking MPI collective, and costs about half of MPI_Ibarrier's latency in
-  /// Open MPI (0.31 vs 0.59 us on 2 ranks, measured here).
-  void arrival_barrier(const Deadline& deadline) {
-    int round = 0;
-    for (int k = 1; k < size; k <<= 1, ++round) {
-      MPI_Request r[2];
-      TESSERA_CHECK_MPI(
-          MPI_Irecv(&fence_sink, 0, MPI_BYTE, (rank - k + size) % size, kFenceTag + round, fence_comm, &r[0]));
-      TESSERA_CHECK_MPI(MPI_Isend(&fence_token, 0, MPI_BYTE, (rank + k) % size, kFenceTag + round, fence_comm, &r[1]));
-      try {
-        wait_mpi_all(r, 2, deadline, "waiting for every rank to arrive");
-      } catch (const DeadlineExceeded&) {
-        for (auto& q : r) {
-          if (q == MPI_REQUEST_NULL) continue;
-          MPI_Cancel(&q);
-          MPI_Request_free(&q);
-        }
-        throw;
-      }
-    }
   }
 
   /// True when the backend cannot reduce this op itself: 16-bit floats and averages are
@@ -487,7 +573,7 @@ class CommState {
     const bool wide = convert && (op.dtype == DType::BFloat16 || op.dtype == DType::Float16);
     const bool average = convert && op.reduce == ReduceOp::Avg;
     if (!stage && !convert) {
-      backend->execute(op, deadline);
+      execute_backend(op, deadline);
       return;
     }
     const auto [in_n, out_n] = extents(op);
@@ -518,7 +604,7 @@ class CommState {
       native.dtype = DType::Float32;
     }
     if (average) native.reduce = ReduceOp::Sum;
-    backend->execute(native, deadline);
+    execute_backend(native, deadline);
     if (average && out_n > 0) {
       if (native.dtype == DType::Float64) {
         auto* p = static_cast<double*>(native.recv.data);
@@ -531,6 +617,61 @@ class CommState {
     }
     if (wide && out_n > 0) narrow(staged.recv.data, static_cast<const float*>(native.recv.data), op.dtype, out_n);
     if (stage) tessera::detail::copy_bytes(op.recv.data, op.memory, staged.recv.data, wire, out_n * esz);
+  }
+
+  /// The backend's call, watched: past its deadline and a grace (the backends that take a
+  /// deadline have given up by then), the watchdog calls stuck().
+  void execute_backend(const Op& op, const Deadline& deadline) {
+    if (!deadline.none) {
+      inside_op = op;
+      const auto grace = std::max<Clock::duration>(std::chrono::seconds(1), options.timeout / 10);
+      progress.inside_until.store((deadline.at + grace).time_since_epoch().count(), std::memory_order_release);
+    }
+    try {
+      backend->execute(op, deadline);
+    } catch (...) {
+      progress.inside_until.store(0);
+      throw;
+    }
+    progress.inside_until.store(0);
+  }
+
+  /// Called by the watchdog thread for an op stuck inside its backend's call past its
+  /// deadline: a rank stopped or died in the middle of an MPI collective. MPI cannot
+  /// interrupt the call, and the call would write into the op's buffers whenever the rank
+  /// came back, maybe after the program freed them: so this process ends here, with the
+  /// diagnosis, and the launcher ends the job.
+  [[noreturn]] void stuck() {
+    const Op op = inside_op;
+    std::string message = describe(op) + ", collective #" + std::to_string(op.coll_seq) + " on communicator '" +
+                          options.name + "' [" + backend_name(backend->kind()) + ", " + std::to_string(size) +
+                          " ranks], has been inside the backend's call for longer than its timeout of " +
+                          seconds_text(options.timeout) +
+                          ": every rank arrived at it, and one stopped or died in the middle of the transfer.";
+    try {
+      const auto silent = silent_ranks(Watchdog::instance().query(id, world_ranks, kQueryWait));
+      if (!silent.empty()) message += " No answer from rank" + silent + ".";
+    } catch (...) {
+    }
+    message += std::string(" The ") + backend_name(backend->kind()) +
+               " library cannot interrupt its call, which would write into the op's buffers whenever that rank "
+               "resumed, so this process ends now. TESSERA_COMM_TIMEOUT sets the limit in seconds.";
+    std::fprintf(stderr, "tessera: error: %s [rank %d]\n", message.c_str(),
+                 world_ranks[static_cast<std::size_t>(rank)]);
+    std::fflush(stderr);
+    std::_Exit(EXIT_FAILURE);
+  }
+
+  /// " 1" or "s 1, 3": the ranks (of this communicator) that did not answer the watchdog.
+  std::string silent_ranks(const std::vector<PeerStatus>& peers) const {
+    std::vector<std::string> silent;
+    for (const auto& p : peers)
+      if (!p.responded)
+        silent.push_back(
+            std::to_string(std::find(world_ranks.begin(), world_ranks.end(), p.world_rank) - world_ranks.begin()));
+    std::string text;
+    for (std::size_t i = 0; i < silent.size(); ++i) text += (i ? ", " : (silent.size() > 1 ? "s " : " ")) + silent[i];
+    return text;
   }
 
   /// Elements this rank reads from send and writes to recv.
@@ -559,61 +700,86 @@ class CommState {
       case OpType::Recv:
         return {0, n};
       case OpType::Barrier:
+      case OpType::Split:
         return {0, 0};
     }
     return {0, 0};
   }
 
-  [[noreturn]] void timed_out(const Op& op, const std::string& what) {
-    std::string message = describe(op) + ", collective #" + std::to_string(op.coll_seq) + " on communicator '" +
-                          options.name + "' [" + backend_name(backend->kind()) + ", " + std::to_string(size) +
-                          " ranks], timed out after " + seconds_text(options.timeout) + " " + what + ".";
-    if (!is_collective(op.type))
-      message = describe(op) + " on communicator '" + options.name + "' timed out after " +
-                seconds_text(options.timeout) + " " + what + ".";
-    std::vector<int> ask;
-    if (is_collective(op.type))
-      ask = world_ranks;
-    else
-      ask = {world_ranks[static_cast<std::size_t>(op.peer)]};
-    const auto peers = Watchdog::instance().query(id, ask, std::chrono::milliseconds(2000));
-    auto comm_rank = [&](int world) {
-      return static_cast<int>(std::find(world_ranks.begin(), world_ranks.end(), world) - world_ranks.begin());
-    };
-    std::vector<std::string> missing;
-    std::vector<int> arrived = {rank};
-    for (const auto& p : peers) {
-      const int r = comm_rank(p.world_rank);
-      if (!p.responded) {
-        missing.push_back(std::to_string(r) + " (no answer: dead, hung or finalized)");
-      } else if (!p.member) {
-        missing.push_back(std::to_string(r) + " (has not created this communicator)");
-      } else if (!is_collective(op.type) || p.collectives_issued <= op.coll_seq) {
-        std::string where = std::to_string(r) + " (has issued " + std::to_string(p.collectives_issued) + " collectives";
-        if (p.last_op != 255) where += std::string(", last op ") + op_name(static_cast<OpType>(p.last_op));
-        missing.push_back(where + ")");
-      } else {
-        arrived.push_back(r);
-      }
-    }
-    std::sort(arrived.begin(), arrived.end());
-    if (!is_collective(op.type)) {
-      message += " Peer: rank " + (missing.empty() ? std::string("?") : missing[0]) + ".";
-    } else if (missing.empty()) {
-      message += " Every rank arrived; the transfer itself stalled (a dead link or peer).";
+  /// Raises the TimeoutError of op, naming what each peer was doing. `arrived`: every rank
+  /// was known to be at this op (its fence passed), so the data phase stalled.
+  [[noreturn]] void timed_out(const Op& op, const std::string& what, bool arrived = false) {
+    const bool collective = is_collective(op.type);
+    std::string message = describe(op) + (collective ? ", collective #" + std::to_string(op.coll_seq) : "") +
+                          " on communicator '" + options.name + "' [" + backend_name(backend->kind()) + ", " +
+                          std::to_string(size) + " ranks], timed out after " + seconds_text(options.timeout) + " " +
+                          what + ".";
+    const std::vector<int> ask =
+        collective ? world_ranks : std::vector<int>{world_ranks[static_cast<std::size_t>(op.peer)]};
+    const auto peers = Watchdog::instance().query(id, ask, kQueryWait);
+    const auto report = arrivals(peers, world_ranks, rank, op.coll_seq, collective);
+    if (!collective) {
+      message +=
+          " Peer: rank " + (report.missing.empty() ? std::to_string(op.peer) + " is alive" : report.missing[0]) + ".";
+    } else if (arrived || report.missing.empty()) {
+      message += " Every rank arrived at this collective, and it did not complete inside the " +
+                 std::string(backend_name(backend->kind())) +
+                 " backend: a rank stopped or died while the data moved, or a link failed.";
+      const auto silent = silent_ranks(peers);
+      if (!silent.empty()) message += " No answer from rank" + silent + ".";
     } else {
       message += " Ranks that did not arrive: ";
-      for (std::size_t i = 0; i < missing.size(); ++i) message += (i ? "; " : "") + missing[i];
-      message += ". Ranks that arrived: " + rank_list(arrived) + ".";
+      for (std::size_t i = 0; i < report.missing.size(); ++i) message += (i ? "; " : "") + report.missing[i];
+      message += ". Ranks that arrived: " + rank_list(report.arrived) +
+                 ". A rank that skipped a collective or runs a different number of them causes this; "
+                 "TESSERA_COMM_CHECK=1 compares every op across ranks.";
     }
-    message +=
-        " A rank that skipped or reordered a collective, or is stuck elsewhere, causes this; "
-        "TESSERA_COMM_CHECK=1 compares ops across ranks, TESSERA_COMM_TIMEOUT sets the limit "
-        "in seconds.";
+    message += " TESSERA_COMM_TIMEOUT sets the limit in seconds.";
     fail(message);
     throw TimeoutError(message, __FILE__, __LINE__);
   }
 };
+
+/// Every rank of the job must create its communicators in the same order: a fence over the
+/// Session's control communicator, with the communicator's deadline, before the MPI_Comm_dup
+/// (which cannot time out) and the backend's set-up.
+void rendezvous_to_create(comm::Backend requested, const CommOptions& options) {
+  static Progress creations;  // answers peers' questions about creation; id 0 is no communicator's
+  static FenceBuffers buffers;
+  static std::once_flag registered;
+  std::call_once(registered, [] { Watchdog::instance().add(0, &creations); });
+  const Session& session = Session::current();
+  Signature sig{};
+  sig.coll_seq = creations.collectives_issued.fetch_add(1);
+  sig.count = static_cast<std::uint64_t>(requested);
+  creations.running_seq.store(sig.coll_seq + 1);
+  const std::string what =
+      "Communicator::create #" + std::to_string(sig.coll_seq) + " (backend " + backend_name(requested) + ")";
+  try {
+    const bool same = agree(tessera::detail::control_comm(), session.rank(), session.size(), hash_of(sig), buffers,
+                            kCreateTag, Deadline::after(options.timeout));
+    creations.running_seq.store(0);
+    if (!same) {
+      tessera::detail::note_communication_failure();
+      throw MismatchError(what +
+                          ": ranks asked for different backends, or created communicators in different orders; "
+                          "every rank must create the same communicators in the same order");
+    }
+  } catch (const DeadlineExceeded&) {
+    creations.running_seq.store(0);
+    std::vector<int> world(static_cast<std::size_t>(session.size()));
+    for (int r = 0; r < session.size(); ++r) world[static_cast<std::size_t>(r)] = r;
+    const auto report =
+        arrivals(Watchdog::instance().query(0, world, kQueryWait), world, session.rank(), sig.coll_seq, true);
+    std::string message = what + " timed out after " + seconds_text(options.timeout) +
+                          " waiting for every rank to create it. Ranks that did not arrive: ";
+    for (std::size_t i = 0; i < report.missing.size(); ++i) message += (i ? "; " : "") + report.missing[i];
+    message +=
+        ". Ranks that arrived: " + rank_list(report.arrived) + ". TESSERA_COMM_TIMEOUT sets the limit in seconds.";
+    tessera::detail::note_communication_failure();
+    throw TimeoutError(message, __FILE__, __LINE__);
+  }
+}
 
 }  // namespace detail
 
@@ -625,34 +791,31 @@ using detail::OpType;
 void Work::wait() {
   if (!state_) return;
   auto& w = *state_;
-  {
-    std::unique_lock<std::mutex> lock(w.mutex);
-    while (!w.done.load()) {
-      w.cv.wait_for(lock, std::chrono::milliseconds(50));
-      if (w.done.load()) continue;
-      const auto timeout = w.comm->options.timeout;
-      if (!w.started.load()) {
-        // Queued behind another op: give up if the communicator failed, or if the op ahead
-        // has outlived its own deadline (stuck where no deadline reaches it).
-        const auto ahead = detail::Clock::time_point(detail::Clock::duration(w.comm->running_since.load()));
-        const bool stuck = w.comm->running.load() && timeout.count() > 0 &&
-                           detail::Clock::now() - ahead > timeout + timeout / 10 + std::chrono::seconds(3);
-        if (w.comm->failed.load() || stuck) {
-          lock.unlock();
-          w.comm->ensure_usable();
-          w.comm->timed_out(w.op, "queued behind an earlier operation that did not complete");
-        }
-        continue;
-      }
-      // The op's own deadline fires first with a better message; this one catches an op
-      // stuck after every rank arrived. The grace covers the arrival query.
-      if (timeout.count() > 0 &&
-          detail::Clock::now() - w.started_at > timeout + timeout / 10 + std::chrono::seconds(3)) {
-        lock.unlock();
-        w.comm->timed_out(w.op, "waiting for the operation to complete");
-      }
+  std::unique_lock<std::mutex> lock(w.mutex);
+  while (!w.done.load()) {
+    w.cv.wait_for(lock, std::chrono::milliseconds(50));
+    if (w.done.load() || w.started.load()) continue;
+    // A started op ends by itself: its fence and the backends other than MPI have deadlines,
+    // and the watchdog ends the process when an MPI call outlives its deadline. A queued op
+    // is given up when the communicator failed, or when the op ahead outlived its deadline
+    // by far (stuck where no deadline reaches it); it is then taken off the queue unstarted,
+    // so its buffers are never touched.
+    auto& comm = *w.comm;
+    const auto timeout = comm.options.timeout;
+    const auto ahead = detail::Clock::time_point(detail::Clock::duration(comm.running_since.load()));
+    const bool stuck = comm.running.load() && timeout.count() > 0 &&
+                       detail::Clock::now() - ahead > 2 * timeout + std::chrono::seconds(10);
+    if (!comm.failed.load() && !stuck) continue;
+    {
+      std::lock_guard<std::mutex> queue_lock(comm.mutex);
+      if (w.started.load()) continue;
+      comm.queue.erase(std::find(comm.queue.begin(), comm.queue.end(), state_));
     }
+    lock.unlock();
+    comm.ensure_usable();
+    comm.timed_out(w.op, "queued behind an earlier operation that did not complete");
   }
+  lock.unlock();
   if (w.error) std::rethrow_exception(w.error);
 }
 
@@ -681,17 +844,17 @@ Communicator::~Communicator() {
 
 std::unique_ptr<Communicator> Communicator::create(Backend backend, CommOptions options) {
   Session::current();
+  if (!backend_compiled(backend))
+    throw NotCompiledError(std::string("the ") + backend_name(backend) +
+                           " backend is not compiled in; rebuild with TESSERA_ENABLE_" +
+                           (backend == Backend::Gloo ? "GLOO" : "NCCL") + "=ON");
+  detail::rendezvous_to_create(backend, options);
   if (backend == Backend::Auto) {
     // NCCL when the model's memory is a GPU's and every rank has a GPU of its own; MPI
     // otherwise (device buffers are then staged through host memory).
     const bool device_build = memory_kind_of_space<DeviceMemorySpace>() == MemoryKind::Device;
     backend = device_build && detail::nccl_one_gpu_per_rank(MPI_COMM_WORLD) ? Backend::Nccl : Backend::Mpi;
   }
-  if (!backend_compiled(backend))
-    throw NotCompiledError(std::string("the ") + backend_name(backend) +
-                           " backend is not compiled in; rebuild with TESSERA_ENABLE_" +
-                           (backend == Backend::Gloo ? "GLOO" : "NCCL") + "=ON");
-  detail::Watchdog::instance();
   static std::atomic<int> roots{0};
   const std::string path = "c" + std::to_string(roots++);
   MPI_Comm group;
@@ -728,7 +891,12 @@ int Communicator::size() const noexcept { return state_->size; }
 Backend Communicator::backend() const noexcept { return state_->backend->kind(); }
 const std::string& Communicator::name() const noexcept { return state_->options.name; }
 std::chrono::milliseconds Communicator::timeout() const noexcept { return state_->options.timeout; }
-void Communicator::set_timeout(std::chrono::milliseconds timeout) { state_->options.timeout = timeout; }
+void Communicator::set_timeout(std::chrono::milliseconds timeout) {
+  if (timeout.count() < 0)
+    throw ConfigError("tessera::comm::set_timeout: " + std::to_string(timeout.count()) +
+                      " ms is negative; give a duration > 0, or 0 to wait forever");
+  state_->options.timeout = timeout;
+}
 bool Communicator::check_enabled() const noexcept { return state_->options.check; }
 void Communicator::set_check(bool enabled) { state_->options.check = enabled; }
 std::uint64_t Communicator::ops_issued() const noexcept { return state_->progress.ops_issued.load(); }
@@ -746,6 +914,15 @@ std::unique_ptr<Communicator> Communicator::split(int color, int key, const std:
   s.ensure_usable();
   while (!s.idle()) std::this_thread::sleep_for(std::chrono::microseconds(50));
   const int index = s.splits++;
+  // MPI_Comm_split cannot time out: a fence first, so that it starts only once every rank
+  // has come to this split, and a rank that never comes is a TimeoutError.
+  Op op;
+  op.type = OpType::Split;
+  op.seq = s.progress.ops_issued.fetch_add(1);
+  op.coll_seq = s.progress.collectives_issued.fetch_add(1);
+  op.check = s.options.check;
+  s.progress.last_op.store(static_cast<std::uint8_t>(op.type));
+  s.rendezvous(op);
   MPI_Comm child;
   TESSERA_CHECK_MPI(MPI_Comm_split(s.backend->group(), color < 0 ? MPI_UNDEFINED : color, key, &child));
   if (child == MPI_COMM_NULL) return nullptr;
@@ -875,6 +1052,9 @@ struct Checker {
                   memory_name(b.memory) + " memory; use the same kind for both");
   }
   void reduce_op(ReduceOp op, DType dtype) const {
+    const auto value = static_cast<int>(op);
+    if (value < static_cast<int>(ReduceOp::Sum) || value > static_cast<int>(ReduceOp::Avg))
+      bad(fn, "reduce op " + std::to_string(value) + " is not one of sum, prod, min, max, avg");
     if (op == ReduceOp::Avg && !is_floating(dtype))
       bad(fn, std::string("avg is defined for floating-point dtypes only, not ") + dtype_name(dtype) +
                   "; use sum and divide");

@@ -8,6 +8,7 @@
 
 #include "comm/backend.hpp"
 #include "core/mpi_check.hpp"
+#include "core/mpi_fence.hpp"
 
 namespace tessera::comm {
 namespace {
@@ -119,13 +120,15 @@ const char* op_name(OpType type) noexcept {
       return "send";
     case OpType::Recv:
       return "recv";
+    case OpType::Split:
+      return "split";
   }
   return "unknown";
 }
 
 std::string describe(const Op& op) {
   std::string s = op_name(op.type);
-  if (op.type == OpType::Barrier) return s;
+  if (op.type == OpType::Barrier || op.type == OpType::Split) return s;
   s += " (" + std::to_string(op.count) + " x " + dtype_name(op.dtype);
   if (is_reduction(op.type)) s += std::string(", ") + reduce_op_name(op.reduce);
   if (op.type == OpType::Broadcast || op.type == OpType::Scatter || op.type == OpType::Gather ||
@@ -143,22 +146,7 @@ std::chrono::milliseconds Deadline::remaining() const noexcept {
 }
 
 void wait_mpi_all(MPI_Request* requests, int count, const Deadline& deadline, const char* what) {
-  int done = 0;
-  const auto start = Clock::now();
-  for (std::uint64_t spins = 0;; ++spins) {
-    TESSERA_CHECK_MPI(MPI_Testall(count, requests, &done, MPI_STATUSES_IGNORE));
-    if (done) return;
-    if ((spins & 63) == 0) {
-      const auto now = Clock::now();
-      if (!deadline.none && now >= deadline.at) throw DeadlineExceeded{what};
-      const auto waited = now - start;
-      if (waited > std::chrono::milliseconds(20)) {
-        std::this_thread::sleep_for(std::chrono::microseconds(100));
-      } else if (waited > std::chrono::microseconds(200)) {
-        std::this_thread::yield();
-      }
-    }
-  }
+  if (!tessera::detail::wait_all_until(requests, count, deadline.at, deadline.none)) throw DeadlineExceeded{what};
 }
 
 void wait_mpi(MPI_Request& request, const Deadline& deadline, const char* what) {

@@ -17,9 +17,11 @@ constexpr int kReplyTag = 7002;
 struct Reply {
   std::uint64_t query_id;
   std::uint64_t collectives_issued;
+  std::uint64_t running_seq;
   std::uint8_t member;
   std::uint8_t last_op;
-  std::uint8_t pad[6];
+  std::uint8_t running_op;
+  std::uint8_t pad[5];
 };
 
 std::atomic<std::uint64_t> g_next_query{1};
@@ -43,8 +45,8 @@ Watchdog& Watchdog::instance() {
 }
 
 Watchdog::Watchdog() {
-  Session::current();  // throws a clear error when there is no Session
-  TESSERA_CHECK_MPI(MPI_Comm_dup(MPI_COMM_WORLD, &control_));
+  Session::current();                          // throws a clear error when there is no Session
+  control_ = tessera::detail::control_comm();  // made by the Session: nothing collective here
   TESSERA_CHECK_MPI(MPI_Comm_rank(control_, &world_rank_));
   thread_ = std::thread([this] { loop(); });
 }
@@ -56,10 +58,6 @@ void Watchdog::stop() {
   }
   stop_cv_.notify_all();
   if (thread_.joinable()) thread_.join();
-  // Free only if MPI is still up; a query that never got matched is simply dropped.
-  int finalized = 0;
-  MPI_Finalized(&finalized);
-  if (!finalized && control_ != MPI_COMM_NULL) MPI_Comm_free(&control_);
 }
 
 void Watchdog::add(std::uint64_t comm_id, const Progress* progress) {
@@ -96,6 +94,8 @@ void Watchdog::loop() {
             reply.member = 1;
             reply.collectives_issued = it->second->collectives_issued.load();
             reply.last_op = it->second->last_op.load();
+            reply.running_seq = it->second->running_seq.load();
+            reply.running_op = it->second->running_op.load();
           }
         }
         // The reply is small enough to go eagerly; the asker has posted its receive.
@@ -103,6 +103,16 @@ void Watchdog::loop() {
       }
     } catch (const std::exception& e) {
       tessera::detail::logger().warn("watchdog: {}", e.what());
+    }
+    // An op inside a backend call past its deadline (an MPI collective whose peer stopped
+    // in the middle of it) cannot be interrupted: its communicator ends the process.
+    {
+      const auto now = std::chrono::steady_clock::now().time_since_epoch().count();
+      std::lock_guard<std::mutex> l(registry_mutex_);
+      for (const auto& [id, progress] : registry_) {
+        const auto until = progress->inside_until.load(std::memory_order_acquire);
+        if (until != 0 && now > until && progress->on_stuck) progress->on_stuck();
+      }
     }
     lock.lock();
     stop_cv_.wait_for(lock, std::chrono::milliseconds(5));
@@ -146,6 +156,8 @@ std::vector<PeerStatus> Watchdog::query(std::uint64_t comm_id, const std::vector
       result[k].member = r.member != 0;
       result[k].collectives_issued = r.collectives_issued;
       result[k].last_op = r.last_op;
+      result[k].running_seq = r.running_seq;
+      result[k].running_op = r.running_op;
       --pending;
     }
     std::this_thread::sleep_for(std::chrono::microseconds(200));

@@ -11,6 +11,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -29,6 +30,14 @@ struct Progress {
   std::atomic<std::uint64_t> collectives_issued{0};
   std::atomic<std::uint64_t> ops_issued{0};
   std::atomic<std::uint8_t> last_op{255};  // OpType of the last op issued; 255 = none
+  // The collective this rank is running now: its number + 1 (0: none) and OpType.
+  std::atomic<std::uint64_t> running_seq{0};
+  std::atomic<std::uint8_t> running_op{255};
+  // While an op is inside its backend's call: the steady-clock time (ticks) after which it
+  // is stuck there (its deadline and a grace); 0 otherwise. The watchdog then calls
+  // on_stuck, which does not return.
+  std::atomic<std::int64_t> inside_until{0};
+  std::function<void()> on_stuck;
 };
 
 /// A peer's answer about one communicator.
@@ -38,12 +47,14 @@ struct PeerStatus {
   bool member = false;     // false: that rank has no such communicator (yet, or any more)
   std::uint64_t collectives_issued = 0;
   std::uint8_t last_op = 255;
+  std::uint64_t running_seq = 0;  // the collective it runs now, + 1 (0: none)
+  std::uint8_t running_op = 255;
 };
 
 class Watchdog {
  public:
-  /// The process's watchdog, started on first use (collective over MPI_COMM_WORLD: every
-  /// rank reaches it through its first Communicator::create). Stopped at Session end.
+  /// The process's watchdog, started on first use (it talks over the Session's control
+  /// communicator, so starting it is not collective). Stopped at Session end.
   static Watchdog& instance();
 
   void add(std::uint64_t comm_id, const Progress* progress);

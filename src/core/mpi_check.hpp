@@ -10,6 +10,15 @@
 #include <tessera/core/error.hpp>
 
 namespace tessera::detail {
+/// A private duplicate of MPI_COMM_WORLD made when the Session started (so making it cannot
+/// hang later): the watchdog's questions and the fence before communicator creation use it.
+MPI_Comm control_comm();
+/// Records that a communicator failed (a timeout, a mismatch, a backend error). MPI may then
+/// be waiting for a rank that will never come, so the Session will not call MPI_Finalize,
+/// which would wait for it too, and the process can exit.
+void note_communication_failure() noexcept;
+bool communication_failed() noexcept;
+
 /// "MPI_ERR_TRUNCATE: message truncated" for an MPI error code.
 std::string mpi_error_string(int code);
 [[noreturn]] void throw_mpi_error(const char* call, int code, const char* file, int line);

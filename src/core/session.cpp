@@ -7,17 +7,22 @@
 #include <mpi-ext.h>
 #endif
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <mutex>
 #include <vector>
 
 #include "core/log.hpp"
 #include "core/mpi_check.hpp"
+#include "core/mpi_fence.hpp"
 
 namespace tessera {
 namespace {
 std::atomic<Session*> g_session{nullptr};
+MPI_Comm g_control = MPI_COMM_NULL;
+std::atomic<bool> g_comm_failed{false};
 std::mutex g_finalizers_mutex;
 std::vector<std::function<void()>> g_finalizers;
 
@@ -28,9 +33,37 @@ bool probe_cuda_aware_mpi() {
   return false;
 #endif
 }
+
+constexpr int kFinalizeTag = 7200;  // + round, on the control communicator
+
+/// How long the end of the job waits for every rank: TESSERA_COMM_TIMEOUT (seconds; 0 waits
+/// forever; default 600), and once a communicator failed, when a rank may never come, half
+/// of it, from 1 to 10 s.
+std::chrono::milliseconds finalize_timeout() {
+  std::chrono::milliseconds limit = std::chrono::minutes(10);
+  if (const char* text = std::getenv("TESSERA_COMM_TIMEOUT"); text != nullptr && *text != '\0') {
+    char* end = nullptr;
+    const double seconds = std::strtod(text, &end);
+    if (end != text && *end == '\0' && seconds >= 0)
+      limit = std::chrono::milliseconds(static_cast<long long>(seconds * 1000));
+  }
+  if (detail::communication_failed()) {
+    // A rank may never come now: wait half the timeout, from 1 to 10 s.
+    const auto half = limit.count() == 0 ? std::chrono::milliseconds(std::chrono::seconds(10)) : limit / 2;
+    limit = std::clamp<std::chrono::milliseconds>(half, std::chrono::seconds(1), std::chrono::seconds(10));
+  }
+  return limit;
+}
 }  // namespace
 
 namespace detail {
+MPI_Comm control_comm() {
+  if (g_control == MPI_COMM_NULL) throw Error("no tessera::Session is alive; create one at the top of main()");
+  return g_control;
+}
+void note_communication_failure() noexcept { g_comm_failed.store(true); }
+bool communication_failed() noexcept { return g_comm_failed.load(); }
+
 std::string mpi_error_string(int code) {
   char text[MPI_MAX_ERROR_STRING];
   int len = 0;
@@ -85,11 +118,6 @@ void Session::start_runtimes(int* argc, char*** argv) {
   TESSERA_CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
   TESSERA_CHECK_MPI(MPI_Comm_size(MPI_COMM_WORLD, &size_));
   detail::set_error_rank(rank_);
-  MPI_Comm node;
-  TESSERA_CHECK_MPI(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node));
-  MPI_Comm_rank(node, &local_rank_);
-  MPI_Comm_size(node, &local_size_);
-  MPI_Comm_free(&node);
   if (provided < MPI_THREAD_MULTIPLE) {
     if (owns_mpi_) MPI_Finalize();
     detail::set_error_rank(-1);
@@ -97,6 +125,12 @@ void Session::start_runtimes(int* argc, char*** argv) {
                       "), which Tessera's asynchronous collectives need; use an MPI built with thread support "
                       "(Cray MPICH: export MPICH_MAX_THREAD_SAFETY=multiple)");
   }
+  TESSERA_CHECK_MPI(MPI_Comm_dup(MPI_COMM_WORLD, &g_control));
+  MPI_Comm node;
+  TESSERA_CHECK_MPI(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node));
+  MPI_Comm_rank(node, &local_rank_);
+  MPI_Comm_size(node, &local_size_);
+  MPI_Comm_free(&node);
   cuda_aware_mpi_ = probe_cuda_aware_mpi();
 
   if (!Kokkos::is_initialized()) {
@@ -124,11 +158,29 @@ Session::~Session() {
     }
   }
   if (owns_kokkos_ && Kokkos::is_initialized()) Kokkos::finalize();
-  if (owns_mpi_) {
-    int finalized = 0;
-    MPI_Finalized(&finalized);
-    if (!finalized) MPI_Finalize();
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (owns_mpi_ && !finalized) {
+    // MPI_Finalize waits for every rank, also one that stopped or died: a fence with a
+    // deadline first, and without every rank there, no MPI_Finalize (the launcher then ends
+    // the job as for a failed rank) rather than a process that never exits.
+    static detail::FenceBuffers buffers;  // a request that expired may still write here
+    const auto limit = finalize_timeout();
+    const auto result = detail::fence(g_control, rank_, size_, 0x7e55e7aull, buffers, kFinalizeTag,
+                                      std::chrono::steady_clock::now() + limit, limit.count() == 0);
+    if (result == detail::FenceResult::Agree) {
+      MPI_Comm_free(&g_control);
+      MPI_Finalize();
+    } else {
+      detail::logger().warn(
+          "rank {}: not every rank reached the end of the job within {} s; leaving without "
+          "MPI_Finalize",
+          rank_, limit.count() / 1000.0);
+    }
+  } else if (!finalized && g_control != MPI_COMM_NULL) {
+    MPI_Comm_free(&g_control);
   }
+  g_control = MPI_COMM_NULL;
   g_session = nullptr;
 }
 

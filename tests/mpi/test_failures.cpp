@@ -92,7 +92,7 @@ TEST(Timeout, BlockingCollectiveNamesTheOpAndTheRankThatNeverCame) {
           << m;
       EXPECT_NE(m.find("timed out after 0.7 s"), std::string::npos) << m;
       EXPECT_NE(m.find("Ranks that did not arrive: " + std::to_string(absent) +
-                       " (has issued 1 collectives, last op broadcast)"),
+                       " (alive, not in a collective; its last op was a broadcast, of 1 collectives issued)"),
                 std::string::npos)
           << m;
     }
@@ -109,7 +109,7 @@ TEST(Timeout, AsyncWaitRaisesTheSameError) {
   std::vector<double> x(64, 1.0);
   if (w.rank() != 0) {
     auto work = sub->all_reduce_async({x.data(), x.size()});
-    EXPECT_THROW_WITH(work.wait(), TimeoutError, "Ranks that did not arrive: 0 (has issued 0 collectives)");
+    EXPECT_THROW_WITH(work.wait(), TimeoutError, "Ranks that did not arrive: 0 (alive, has issued no op here)");
   }
   w.barrier();
 }
@@ -121,9 +121,71 @@ TEST(Timeout, RecvFromASilentPeerNamesThePeer) {
   if (w.rank() == 0) {
     std::vector<int> x(16);
     EXPECT_THROW_WITH(sub->recv({x.data(), 16}, 1, 9), TimeoutError,
-                      "recv (16 x int32, from rank 1, tag 9) on communicator 'quiet' timed out after 0.4 s");
+                      "recv (16 x int32, from rank 1, tag 9) on communicator 'quiet' [");
+    EXPECT_THROW_WITH(sub->recv({x.data(), 16}, 1, 9), CommError, "is unusable after an earlier failure");
   }
   w.barrier();
+}
+
+// Without the check mode, the fence before every MPI and Gloo collective still compares a
+// hash of (op, count, dtype, root, reduce op, collective number): ranks that disagree get a
+// MismatchError, all of them, before any data moves, instead of a hang (MPI) or an abort (Gloo).
+TEST(Mismatch, DifferentOpsRootsOrCountsAreAnErrorOnEveryRankWithoutTheCheckMode) {
+  auto& w = world();
+  if (w.size() < 2) GTEST_SKIP() << "needs two ranks to disagree";
+  if (w.backend() == comm::Backend::Nccl) GTEST_SKIP() << "NCCL has no fence: a mismatch is its timeout";
+  std::vector<float> x(16, 1.0f);
+  const std::string hint = "TESSERA_COMM_CHECK=1 names which rank called what";
+  {
+    auto sub = breakable("ops", std::chrono::seconds(30));
+    if (w.rank() == 0)
+      EXPECT_THROW_WITH(sub->all_reduce({x.data(), 16}), MismatchError,
+                        "collective #0: this rank called all_reduce (16 x float32, sum)");
+    else
+      EXPECT_THROW_WITH(sub->broadcast({x.data(), 16}, 0), MismatchError, hint);
+    EXPECT_FALSE(sub->usable());
+  }
+  {
+    auto sub = breakable("roots", std::chrono::seconds(30));
+    EXPECT_THROW_WITH(sub->broadcast({x.data(), 16}, w.rank() == 0 ? 0 : 1), MismatchError, hint);
+  }
+  {
+    auto sub = breakable("counts", std::chrono::seconds(30));
+    std::vector<float> y(16, 5.0f);
+    EXPECT_THROW_WITH(sub->all_reduce({y.data(), w.rank() == 0 ? 16u : 12u}), MismatchError, hint);
+    EXPECT_EQ(y[0], 5.0f) << "no data may move once the ranks disagree";
+  }
+  w.barrier();
+}
+
+TEST(Timeout, SplitThatARankNeverCallsNamesIt) {
+  auto& w = world();
+  if (w.size() < 2) GTEST_SKIP() << "needs a second rank to stay away";
+  auto sub = breakable("parent", std::chrono::milliseconds(500));
+  const int absent = w.size() - 1;
+  if (w.rank() != absent) {
+    try {
+      sub->split(0, w.rank());
+      ADD_FAILURE() << "expected a TimeoutError";
+    } catch (const TimeoutError& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find("split, collective #0 on communicator 'parent'"), std::string::npos) << m;
+      EXPECT_NE(m.find("Ranks that did not arrive: " + std::to_string(absent)), std::string::npos) << m;
+    }
+  }
+  w.barrier();
+}
+
+TEST(BadArguments, AnUnknownReduceOpOrANegativeTimeoutIsRefusedAndHarmsNothing) {
+  auto& c = world();
+  std::vector<float> x(4, 1.0f);
+  EXPECT_THROW_WITH(c.all_reduce({x.data(), 4}, static_cast<ReduceOp>(17)), ConfigError,
+                    "reduce op 17 is not one of sum, prod, min, max, avg");
+  EXPECT_THROW_WITH(c.set_timeout(std::chrono::milliseconds(-1)), ConfigError, "-1 ms is negative");
+  EXPECT_TRUE(c.usable());
+  c.all_reduce({x.data(), 4}, ReduceOp::Sum);
+  EXPECT_EQ(x[0], static_cast<float>(c.size()));
+  EXPECT_EQ(c.timeout(), std::chrono::seconds(60));
 }
 
 TEST(CheckMode, MismatchedOpsRaiseOnEveryRankNamingTheDisagreeingRanks) {

@@ -1,12 +1,12 @@
 // The Gloo backend: Gloo's algorithms over its TCP transport. The full mesh of TCP pairs is
 // set up by exchanging their addresses over the communicator's MPI group, so Gloo needs no
-// store or rendezvous server. Gloo's calls take a timeout themselves, so no arrival fence.
+// store or rendezvous server. Gloo's calls take a timeout themselves; the front end's fence
+// still comes first, because Gloo aborts the process when ranks disagree about an op.
 #include "comm/gloo/gloo_backend.hpp"
 
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
 #include <gloo/alltoall.h>
-#include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 #include <gloo/common/error.h>
 #include <gloo/gather.h>
@@ -175,7 +175,7 @@ class GlooBackend final : public Backend {
 
   comm::Backend kind() const noexcept override { return comm::Backend::Gloo; }
   MPI_Comm group() const noexcept override { return comm_; }
-  bool needs_arrival_fence() const noexcept override { return false; }
+  bool needs_fence() const noexcept override { return true; }
   bool accepts(MemoryKind m) const noexcept override { return m == MemoryKind::Host; }
   std::unique_ptr<Backend> make_child(MPI_Comm group, const CommOptions& options) override {
     return std::make_unique<GlooBackend>(group, options);
@@ -327,16 +327,12 @@ class GlooBackend final : public Backend {
       case OpType::ReduceScatter:
         ring_reduce_scatter<T>(op, timeout);
         break;
-      case OpType::Barrier: {
-        gloo::BarrierOptions o(context_);
-        o.setTag(tag);
-        o.setTimeout(timeout);
-        gloo::barrier(o);
-        break;
-      }
+      case OpType::Barrier:
+        break;  // the front end's fence, which comes first, is the barrier
       case OpType::Send:
       case OpType::Recv:
-        throw CommError("point-to-point ops are posted, not executed");
+      case OpType::Split:
+        throw CommError(std::string(op_name(op.type)) + " is not executed by a backend");
     }
   }
 

@@ -1,7 +1,8 @@
 // The MPI backend. Collectives are the blocking MPI calls (the fastest path in every MPI we
-// measured); the front end's arrival fence guarantees every rank is there before one
-// starts, so the blocking call cannot hang on a missing rank. Barrier and point-to-point
-// use nonblocking calls polled against the deadline.
+// measured); the front end's fence guarantees every rank is there, at the same op, before
+// one starts, so the blocking call cannot hang on a missing rank or a mismatched op. A peer
+// that stops in the middle of one is caught by the watchdog. Point-to-point uses
+// nonblocking calls polled against the deadline.
 #include <climits>
 #include <cstring>
 #include <vector>
@@ -72,14 +73,15 @@ class MpiBackend final : public Backend {
 
   comm::Backend kind() const noexcept override { return comm::Backend::Mpi; }
   MPI_Comm group() const noexcept override { return comm_; }
-  bool needs_arrival_fence() const noexcept override { return true; }
+  bool needs_fence() const noexcept override { return true; }
   bool accepts(MemoryKind m) const noexcept override { return m == MemoryKind::Host || cuda_aware_; }
 
   std::unique_ptr<Backend> make_child(MPI_Comm group, const CommOptions&) override {
     return std::make_unique<MpiBackend>(group);
   }
 
-  void execute(const Op& op, const Deadline& deadline) override {
+  // The deadline was enforced by the fence; a blocking MPI call cannot take one.
+  void execute(const Op& op, const Deadline&) override {
     const MPI_Datatype type = mpi_datatype(op.dtype);
     const int n = mpi_count(op.count, op);  // MPI takes per-rank counts only
     void* send = op.send.data;
@@ -125,15 +127,12 @@ class MpiBackend final : public Backend {
       case OpType::AllToAll:
         TESSERA_CHECK_MPI(MPI_Alltoall(send, n, type, recv, n, type, comm_));
         break;
-      case OpType::Barrier: {
-        MPI_Request request;
-        TESSERA_CHECK_MPI(MPI_Ibarrier(comm_, &request));
-        wait_mpi(request, deadline, "in MPI_Ibarrier");
-        break;
-      }
+      case OpType::Barrier:
+        break;  // the front end's fence, which comes first, is the barrier
       case OpType::Send:
       case OpType::Recv:
-        throw CommError("point-to-point ops are posted, not executed");
+      case OpType::Split:
+        throw CommError(std::string(op_name(op.type)) + " is not executed by a backend");
     }
   }
 

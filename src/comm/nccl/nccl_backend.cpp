@@ -194,7 +194,7 @@ class NcclBackend final : public Backend {
 
   comm::Backend kind() const noexcept override { return comm::Backend::Nccl; }
   MPI_Comm group() const noexcept override { return group_; }
-  bool needs_arrival_fence() const noexcept override { return false; }
+  bool needs_fence() const noexcept override { return false; }
   bool accepts(MemoryKind m) const noexcept override { return m == MemoryKind::Device; }
   bool native_half_and_avg() const noexcept override { return true; }
   std::unique_ptr<Backend> make_child(MPI_Comm group, const CommOptions& options) override {
@@ -273,7 +273,8 @@ class NcclBackend final : public Backend {
         break;
       case OpType::Send:
       case OpType::Recv:
-        throw CommError("point-to-point ops are posted, not executed");
+      case OpType::Split:
+        throw CommError(std::string(op_name(op.type)) + " is not executed by a backend");
     }
     TESSERA_CHECK_CUDA(cudaEventRecord(done_, stream_));
     wait_event(done_, nccl_, deadline, "waiting for the NCCL kernel");

@@ -1,0 +1,113 @@
+// Faults that end a rank's part of the job, one per run, on 2 ranks, launched by
+// tests/fault/run_fault.sh with TESSERA_COMM_TIMEOUT set. Each prints what it saw; the
+// script checks the output and how long the whole job took.
+//
+//   mpiexec -n 2 fault_scenarios <scenario>     (backend from TESSERA_TEST_BACKEND)
+//
+// stop_mid_collective: rank 1 stops (SIGSTOP) in the middle of a large all_reduce.
+// exit_after_timeout:  rank 1 stops before a collective; rank 0 gets a TimeoutError and
+//                      returns from main: the process must exit, not hang in MPI_Finalize.
+// async_buffer_safe:   rank 1 stops before an async all_reduce; rank 0's wait() times out,
+//                      it unmaps the buffer and lets rank 1 go on: nothing may write there.
+#include <signal.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <tessera/tessera.hpp>
+
+#include "test_support.hpp"
+
+namespace {
+using namespace tessera;
+using Clock = std::chrono::steady_clock;
+
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+void say(int rank, const std::string& what) {
+  std::printf("[rank %d] %s\n", rank, what.c_str());
+  std::fflush(stdout);
+}
+
+int stop_mid_collective(comm::Communicator& c) {
+  const std::size_t n = std::size_t(64) << 20;  // 256 MiB of float: long enough to stop inside
+  std::vector<float> x(n, 1.0f);
+  c.barrier();
+  std::thread stopper;
+  if (c.rank() == 1)
+    stopper = std::thread([] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      raise(SIGSTOP);
+    });
+  const auto start = Clock::now();
+  try {
+    c.all_reduce({x.data(), n});
+    say(c.rank(), "the all_reduce completed after " + std::to_string(since(start)) + " s");
+  } catch (const Error& e) {
+    say(c.rank(), std::string("caught: ") + e.what());
+  }
+  if (stopper.joinable()) stopper.join();
+  return 0;
+}
+
+int exit_after_timeout(comm::Communicator& c) {
+  if (c.rank() == 1) raise(SIGSTOP);  // never continued: it stays away
+  std::vector<double> x(64, 1.0);
+  try {
+    c.all_reduce({x.data(), x.size()});
+  } catch (const TimeoutError& e) {
+    say(c.rank(), std::string("caught TimeoutError: ") + e.message());
+  }
+  say(c.rank(), "returning from main");
+  return 0;
+}
+
+int async_buffer_safe(comm::Communicator& c, comm::Communicator& world) {
+  // Each rank learns the other's process id first.
+  int pids[2] = {0, 0};
+  int mine = static_cast<int>(getpid());
+  world.all_gather({&mine, 1}, {pids, 2});
+  if (c.rank() == 1) raise(SIGSTOP);  // rank 0 continues it after its wait timed out
+  const std::size_t bytes = 1 << 20;
+  void* region = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  auto* x = static_cast<float*>(region);
+  for (std::size_t i = 0; i < bytes / sizeof(float); ++i) x[i] = 1.0f;
+  auto work = c.all_reduce_async({x, bytes / sizeof(float)});
+  try {
+    work.wait();
+    say(c.rank(), "the all_reduce completed");
+  } catch (const TimeoutError& e) {
+    say(c.rank(), std::string("caught TimeoutError: ") + e.message());
+  }
+  if (c.rank() == 0) {
+    // Any write into the buffer from now on is a segmentation fault.
+    munmap(region, bytes);
+    kill(pids[1], SIGCONT);
+    std::this_thread::sleep_for(std::chrono::seconds(5));
+    say(c.rank(), "survived: nothing wrote into the buffer after the timeout");
+  }
+  return 0;
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  Session session(argc, argv);
+  const std::string scenario = argc > 1 ? argv[1] : "";
+  if (session.size() != 2) {
+    std::fprintf(stderr, "fault_scenarios runs on 2 ranks\n");
+    return 2;
+  }
+  auto world = comm::Communicator::create(comm::Backend::Mpi);
+  auto c = comm::Communicator::create(test::backend_under_test());  // timeout from TESSERA_COMM_TIMEOUT
+  if (scenario == "stop_mid_collective") return stop_mid_collective(*c);
+  if (scenario == "exit_after_timeout") return exit_after_timeout(*c);
+  if (scenario == "async_buffer_safe") return async_buffer_safe(*c, *world);
+  std::fprintf(stderr, "unknown scenario '%s'\n", scenario.c_str());
+  return 2;
+}
