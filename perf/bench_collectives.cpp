@@ -301,6 +301,10 @@ int main(int argc, char** argv) {
     const ReduceOp redop = comm::parse_reduce_op(redop_name);
     const std::size_t lo = parse_size(min_bytes), hi = parse_size(max_bytes);
     if (lo > hi) throw ConfigError("-b (" + min_bytes + ") is larger than -e (" + max_bytes + ")");
+    if (lo < dtype_size(dtype))
+      throw ConfigError("-b " + min_bytes + " is less than one " + tessera::dtype_name(dtype) + " element (" +
+                        std::to_string(dtype_size(dtype)) + " bytes); give at least -b " +
+                        std::to_string(dtype_size(dtype)));
     std::vector<std::string> ops = op_name == "all" ? kOps : std::vector<std::string>{op_name};
     for (const auto& o : ops)
       if (std::find(kOps.begin(), kOps.end(), o) == kOps.end())

@@ -1,6 +1,12 @@
 #!/usr/bin/env bash
-# expect_failure.sh PATTERN COMMAND...: passes when COMMAND exits non-zero and its output
-# (stdout + stderr) contains PATTERN (a fixed string).
+# expect_failure.sh [--forbid REGEX] PATTERN COMMAND...: passes when COMMAND exits non-zero,
+# its output (stdout + stderr) contains PATTERN (a fixed string), and, with --forbid, no line
+# of it matches REGEX (an extended regular expression).
+forbid=""
+if [ "$1" = "--forbid" ]; then
+  forbid="$2"
+  shift 2
+fi
 pattern="$1"
 shift
 output=$("$@" 2>&1)
@@ -12,6 +18,11 @@ if [ "$rc" -eq 0 ]; then
 fi
 if ! grep -qF -- "$pattern" <<<"$output"; then
   echo "exit $rc, but the output lacks: $pattern"
+  echo "$output"
+  exit 1
+fi
+if [ -n "$forbid" ] && grep -qE -- "$forbid" <<<"$output"; then
+  echo "exit $rc, but the output has: $forbid"
   echo "$output"
   exit 1
 fi

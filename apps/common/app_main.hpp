@@ -3,29 +3,76 @@
 // into one clear message and a non-zero exit on every rank (aborting the job when ranks
 // may disagree, so none is left hanging).
 
+#include <fcntl.h>
 #include <mpi.h>
+#include <unistd.h>
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <cerrno>
+#include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <exception>
+#include <filesystem>
 #include <functional>
-#include <thread>
+#include <string>
 
 #include <tessera/core/error.hpp>
 #include <tessera/core/session.hpp>
 
 #include "config_file.hpp"
+#include "validators.hpp"
 
 namespace tessera::apps {
+
+/// Runs `check` on rank 0 and raises what it reports (a ConfigError) on every rank, so that
+/// every rank stops alike, before any work (e.g. an output file that cannot be written).
+inline void check_on_rank0(Session& session, const std::function<std::string()>& check) {
+  std::string error = session.rank() == 0 ? check() : std::string();
+  int length = static_cast<int>(error.size());
+  MPI_Bcast(&length, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  error.resize(static_cast<std::size_t>(length));
+  if (length > 0) MPI_Bcast(error.data(), length, MPI_CHAR, 0, MPI_COMM_WORLD);
+  if (!error.empty()) throw ConfigError(error);
+}
+
+/// Empty when a file can be created (or replaced) at `path`; otherwise what prevents it,
+/// starting with `flag`. Nothing is left behind.
+inline std::string cannot_write(const std::string& flag, const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path target(path);
+  const std::string what = flag + " '" + path + "': ";
+  if (fs::is_directory(target, ec)) return what + "is a directory; give a file name in it";
+  fs::path dir = target.parent_path();
+  if (dir.empty()) dir = ".";
+  if (!fs::exists(dir, ec)) {
+    for (fs::path up = dir; !up.empty() && up != up.parent_path(); up = up.parent_path())
+      if (fs::exists(up, ec) && !fs::is_directory(up, ec))
+        return what + "'" + up.string() + "' is a file, not a directory";
+    return what + "the directory '" + dir.string() + "' does not exist; create it first";
+  }
+  if (!fs::is_directory(dir, ec)) return what + "'" + dir.string() + "' is a file, not a directory";
+  const fs::path probe = dir / (".tessera-write-check-" + std::to_string(getpid()));
+  const int fd = open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
+  if (fd < 0) return what + "cannot create files in '" + dir.string() + "' (" + std::strerror(errno) + ")";
+  close(fd);
+  fs::remove(probe, ec);
+  if (fs::exists(target, ec) && access(path.c_str(), W_OK) != 0)
+    return what + "the file exists and cannot be replaced (" + std::strerror(errno) + ")";
+  return {};
+}
 
 /// Runs body(session) inside a Session after parsing the flags (and the TOML file named by
 /// --config, if the app has that option). Kokkos sees only its own --kokkos-* flags, the app
 /// all the others (so --help is the app's alone). Flag and config-file errors are the same on
-/// every rank, so every rank exits with the same code and rank 0 prints the message. Errors
-/// during the run may hit one rank only: that rank prints and aborts the whole job.
+/// every rank, so every rank exits with the same code and rank 0 prints the message. An error
+/// during the run that every rank meets (bad input) ends every rank the same way: rank 0
+/// prints it and all exit normally with status 1. An error that hits some ranks only is
+/// printed by them, and they abort the job so that no rank is left waiting.
 inline int run_app(int argc, char** argv, CLI::App& app, const std::function<int(Session&)>& body) {
-  const char* name = argv[0];
+  const std::string name = std::filesystem::path(argv[0]).filename().string();
   std::vector<char*> kokkos_argv = {argv[0]}, app_argv = {argv[0]};
   for (int i = 1; i < argc; ++i)
     (std::string(argv[i]).rfind("--kokkos-", 0) == 0 ? kokkos_argv : app_argv).push_back(argv[i]);
@@ -34,32 +81,40 @@ inline int run_app(int argc, char** argv, CLI::App& app, const std::function<int
   char** kokkos_args = kokkos_argv.data();
   try {
     Session session(kokkos_argc, kokkos_args);
+    ConfigSource config;
     try {
       // Flags given twice (a config file's, then the command line's) keep the last value.
-      std::vector<std::string> args = expand_config(static_cast<int>(app_argv.size()), app_argv.data(), app);
+      std::vector<std::string> args = expand_config(static_cast<int>(app_argv.size()), app_argv.data(), app, config);
       std::reverse(args.begin() + 1, args.end());  // CLI11 takes the remaining args reversed
       args.erase(args.begin());
       app.parse(args);
     } catch (const CLI::ParseError& e) {
-      if (session.rank() == 0) return app.exit(e);
+      if (e.get_exit_code() == 0) return session.rank() == 0 ? app.exit(e) : 0;  // --help
+      if (session.rank() == 0)
+        std::fprintf(stderr, "%s: error: %s%s\nRun with --help for the options.\n", name.c_str(), e.what(),
+                     config.blame(e.what()).c_str());
       return e.get_exit_code();
     } catch (const ConfigError& e) {
-      if (session.rank() == 0) std::fprintf(stderr, "%s: error: %s\n", name, e.message().c_str());
+      if (session.rank() == 0) std::fprintf(stderr, "%s: error: %s\n", name.c_str(), e.message().c_str());
       return 2;
     }
     try {
       return body(session);
     } catch (const std::exception& e) {
-      // When every rank fails alike (bad input), rank 0's abort ends the job before the
-      // others print, so the user reads one message; a rank failing alone still reports.
-      if (session.rank() != 0) std::this_thread::sleep_for(std::chrono::milliseconds(500));
-      std::fprintf(stderr, "%s: error: %s\n", name, e.what());
+      const auto* error = dynamic_cast<const Error*>(&e);
+      const std::string text = error != nullptr ? error->message() : e.what();
+      // Ranks that fail alike fail at about the same time; one that fails alone waits 2 s.
+      if (session.size() == 1 || session.all_arrive_within(std::chrono::seconds(2))) {
+        if (session.rank() == 0) std::fprintf(stderr, "%s: error: %s\n", name.c_str(), text.c_str());
+        return 1;
+      }
+      std::fprintf(stderr, "%s: error: %s [rank %d]\n", name.c_str(), text.c_str(), session.rank());
       std::fflush(stderr);
-      if (session.size() > 1) MPI_Abort(MPI_COMM_WORLD, 1);
+      MPI_Abort(MPI_COMM_WORLD, 1);
       return 1;
     }
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s: error: %s\n", name, e.what());
+    std::fprintf(stderr, "%s: error: %s\n", name.c_str(), e.what());
     return 1;
   }
 }

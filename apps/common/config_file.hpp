@@ -1,11 +1,13 @@
 #pragma once
 // TOML config files for apps whose options have dotted names (--model.layers): a file's
 // [model] section with `layers = 8` sets --model.layers. The file's settings go before the
-// command line, so flags override the file. An unknown key is an error, not silence.
+// command line, so flags override the file. An unknown key, a key set twice, a list where
+// one value belongs, or a malformed line is an error that names the file and the line.
 
 #include <CLI/CLI.hpp>
 
 #include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -13,9 +15,60 @@
 
 namespace tessera::apps {
 
+/// Where settings came from: the config file, if any, and the options it set.
+struct ConfigSource {
+  std::string path;
+  std::vector<std::string> options;  // "--model.layers", ...
+  /// " (set in config file 'f')" when a flag parser's message is about an option the file set.
+  std::string blame(const std::string& message) const {
+    for (const auto& o : options)
+      if (message.find(o + ":") != std::string::npos || message.find(o + " ") != std::string::npos)
+        return " (set in config file '" + path + "')";
+    return {};
+  }
+};
+
+namespace detail {
+inline std::string trim(const std::string& s) {
+  const auto b = s.find_first_not_of(" \t\r");
+  if (b == std::string::npos) return {};
+  return s.substr(b, s.find_last_not_of(" \t\r") - b + 1);
+}
+
+/// Checks the lines of a config file for what CLI11's lenient reader lets through.
+inline void check_lines(const std::string& path, std::istream& in) {
+  std::map<std::string, int> seen;
+  std::string section, line;
+  for (int number = 1; std::getline(in, line); ++number) {
+    const auto hash = line.find('#');
+    const std::string text = trim(hash == std::string::npos ? line : line.substr(0, hash));
+    if (text.empty()) continue;
+    const std::string where = "config file '" + path + "', line " + std::to_string(number) + ": ";
+    if (text.front() == '[') {
+      if (text.back() != ']' || text.size() < 3)
+        throw ConfigError(where + "'" + text + "' is not a section header; write [name]");
+      section = trim(text.substr(1, text.size() - 2));
+      continue;
+    }
+    const auto eq = text.find('=');
+    if (eq == std::string::npos || trim(text.substr(0, eq)).empty())
+      throw ConfigError(where + "'" + text + "' is not a setting; write name = value");
+    const std::string key = (section.empty() ? "" : section + ".") + trim(text.substr(0, eq));
+    const std::string value = trim(text.substr(eq + 1));
+    if (value.empty()) throw ConfigError(where + "'" + key + "' has no value");
+    if (value.front() == '[' || value.front() == '{')
+      throw ConfigError(where + "'" + key + "' is given a list or a table; give one value");
+    if (const auto it = seen.find(key); it != seen.end())
+      throw ConfigError(where + "'" + key + "' is set twice (first on line " + std::to_string(it->second) + ")");
+    seen[key] = number;
+  }
+}
+}  // namespace detail
+
 /// Returns argv with the settings of the file named by --config FILE (or --config=FILE)
-/// inserted right after the program name; throws ConfigError for a missing file or key.
-inline std::vector<std::string> expand_config(int argc, char** argv, const CLI::App& app) {
+/// inserted right after the program name, and notes in `source` what the file set; throws
+/// ConfigError for a missing file, a malformed one, or an unknown key.
+inline std::vector<std::string> expand_config(int argc, char** argv, const CLI::App& app, ConfigSource& source) {
   std::vector<std::string> args(argv, argv + argc);
   std::string path;
   for (std::size_t i = 1; i < args.size(); ++i) {
@@ -25,8 +78,12 @@ inline std::vector<std::string> expand_config(int argc, char** argv, const CLI::
       path = args[i].substr(9);
   }
   if (path.empty()) return args;
+  source.path = path;
   std::ifstream file(path);
   if (!file) throw ConfigError("config file '" + path + "' cannot be read");
+  detail::check_lines(path, file);
+  file.clear();
+  file.seekg(0);
   std::vector<CLI::ConfigItem> items;
   try {
     items = CLI::ConfigTOML().from_config(file);
@@ -45,6 +102,7 @@ inline std::vector<std::string> expand_config(int argc, char** argv, const CLI::
     if (!known || key == "config")
       throw ConfigError("config file '" + path + "': unknown setting '" + key + "' (run with --help for the options)");
     settings.push_back("--" + key);
+    source.options.push_back("--" + key);
     for (const auto& value : item.inputs) settings.push_back(value);
   }
   args.insert(args.begin() + 1, settings.begin(), settings.end());

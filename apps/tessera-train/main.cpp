@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -37,34 +38,40 @@ int main(int argc, char** argv) {
   float lr = 0;
   bool quiet = false;
   app.add_option("--config", config_path, "TOML file: [model] layers = 8, [train] steps = 100, ...");
-  app.add_option("--model.layers", c.layers, "number of Linear layers")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 1 << 30));
-  app.add_option("--model.dim", c.dim, "width of every layer")->capture_default_str()->check(CLI::Range(1, 1 << 30));
-  app.add_option("--train.steps", c.steps, "optimizer steps")->capture_default_str()->check(CLI::NonNegativeNumber);
+  using tessera::apps::whole;
+  constexpr long long kMany = 1ll << 30;
+  app.add_option("--model.layers", c.layers, "number of Linear layers")->capture_default_str()->check(whole(1, kMany));
+  app.add_option("--model.dim", c.dim, "width of every layer")->capture_default_str()->check(whole(1, kMany));
+  app.add_option("--train.steps", c.steps, "optimizer steps")->capture_default_str()->check(whole(0, 1ll << 50));
   app.add_option("--train.batch", c.global_batch, "global batch: samples per step over all ranks")
       ->capture_default_str()
-      ->check(CLI::Range(1, 1 << 30));
+      ->check(whole(1, kMany));
   app.add_option("--train.accum", c.accum, "gradient accumulation micro-steps per step")
       ->capture_default_str()
-      ->check(CLI::Range(1, 1 << 30));
-  app.add_option("--train.seed", c.seed, "seed of initial values and data order")->capture_default_str();
+      ->check(whole(1, kMany));
+  app.add_option("--train.seed", c.seed, "seed of initial values and data order")
+      ->capture_default_str()
+      ->check(whole(0, std::numeric_limits<long long>::max()));
   app.add_option("--optim.name", c.optimizer, "adamw or sgd")->capture_default_str();
-  app.add_option("--optim.lr", lr, "learning rate (default: adamw 1e-3, sgd 0.01)")->check(CLI::Range(1e-12, 1e3));
-  app.add_option("--optim.momentum", c.momentum, "sgd momentum")->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--optim.lr", lr, "learning rate (default: adamw 1e-3, sgd 0.01)")
+      ->check(tessera::apps::positive(1e3));
+  app.add_option("--optim.momentum", c.momentum, "sgd momentum")
+      ->capture_default_str()
+      ->check(tessera::apps::non_negative());
   app.add_option("--train.overlap_optimizer", c.overlap_optimizer,
                  "update each gradient bucket as soon as it is reduced (true) or all at the end (false)")
       ->capture_default_str();
   app.add_option("--data.source", c.data, "synthetic, or an HDF5 file (see docs/training.md)")->capture_default_str();
   app.add_option("--data.samples", c.synthetic_samples, "samples in the synthetic task")
       ->capture_default_str()
-      ->check(CLI::Range(1, 1 << 30));
+      ->check(whole(1, kMany));
   app.add_option("--data.teacher_layers", c.teacher_layers, "depth of the synthetic task's teacher (0: as the model)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(whole(0, kMany));
   app.add_option("--comm.backend", backend, "auto, mpi, gloo or nccl")->capture_default_str();
   app.add_option("--comm.bucket_mb", c.ddp.bucket_mb, "gradient bucket size in MiB")
       ->capture_default_str()
-      ->check(CLI::Range(1, 1 << 30));
+      ->check(tessera::apps::positive(1 << 20));
   app.add_option("--comm.grad_dtype", grad_dtype, "gradients on the wire: fp32 or bf16")->capture_default_str();
   app.add_option("--metrics", metrics_path, "write one JSON object per step to this file");
   app.add_option("--save", save_path, "write the final parameters to this HDF5 file");
@@ -82,6 +89,14 @@ int main(int argc, char** argv) {
     c.ddp.grad_dtype = parse_dtype(grad_dtype);
     c.validate();
     const bool root = session.rank() == 0;
+    // Output files are checked before any work, on every rank alike; the model file is only
+    // replaced at the end of a run that finished.
+    apps::check_on_rank0(session, [&] {
+      if (!metrics_path.empty())
+        if (auto why = apps::cannot_write("--metrics", metrics_path); !why.empty()) return why;
+      if (!save_path.empty()) return apps::cannot_write("--save", save_path);
+      return std::string();
+    });
     std::ofstream metrics;
     if (root && !metrics_path.empty()) {
       metrics.open(metrics_path);

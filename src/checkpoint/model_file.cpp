@@ -18,8 +18,11 @@ void save_model(const std::string& path, const nn::ParameterStore& store, comm::
     const auto dir = std::filesystem::path(path).parent_path();
     detail::QuietHdf5 quiet;
     try {
+      if (!dir.empty() && std::filesystem::exists(dir) && !std::filesystem::is_directory(dir))
+        throw CheckpointError("'" + dir.string() + "' is a file, not a directory");
       if (!dir.empty() && !std::filesystem::is_directory(dir))
         throw CheckpointError("the directory '" + dir.string() + "' does not exist");
+      if (std::filesystem::is_directory(path)) throw CheckpointError("it is a directory; give a file name");
       {
         detail::H5Handle file(TESSERA_CHECK_HDF5(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT)),
                               H5Fclose);
@@ -43,7 +46,8 @@ void save_model(const std::string& path, const nn::ParameterStore& store, comm::
       std::error_code ignore;
       std::filesystem::remove(tmp, ignore);
       failed = 1;
-      error = e.what();
+      const auto* tessera_error = dynamic_cast<const Error*>(&e);
+      error = tessera_error != nullptr ? tessera_error->message() : e.what();  // decorated once, below
     }
   }
   comm.broadcast({&failed, 1}, 0);  // every rank learns whether the file was written

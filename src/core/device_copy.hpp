@@ -4,6 +4,7 @@
 // device staging throw NotCompiledError, and host staging uses ordinary memory.
 
 #include <cstddef>
+#include <utility>
 
 #include <tessera/core/memory.hpp>
 
@@ -13,6 +14,8 @@ namespace tessera::detail {
 int current_device() noexcept;
 /// Makes `device` the calling thread's CUDA device (background threads start on device 0).
 void set_device(int device);
+/// Free bytes on the calling thread's GPU and the number of GPUs, or {0, 0} without CUDA.
+std::pair<double, int> device_free_bytes() noexcept;
 /// Copies `bytes` from `src` (in memory `from`) to `dst` (in memory `to`); returns when done.
 void copy_bytes(void* dst, MemoryKind to, const void* src, MemoryKind from, std::size_t bytes);
 

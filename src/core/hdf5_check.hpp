@@ -9,19 +9,35 @@
 
 #include <tessera/core/error.hpp>
 
-#define TESSERA_CHECK_HDF5(call)                                                                                   \
-  [&]() {                                                                                                          \
-    auto tessera_h5_rc_ = (call);                                                                                  \
-    if (tessera_h5_rc_ < 0) {                                                                                      \
-      std::string tessera_call_(#call);                                                                            \
-      throw ::tessera::CheckpointError(                                                                            \
-          tessera_call_.substr(0, tessera_call_.find('(')) + " failed (see the HDF5 error stack above)", __FILE__, \
-          __LINE__);                                                                                               \
-    }                                                                                                              \
-    return tessera_h5_rc_;                                                                                         \
+#define TESSERA_CHECK_HDF5(call)                                                                                 \
+  [&]() {                                                                                                        \
+    auto tessera_h5_rc_ = (call);                                                                                \
+    if (tessera_h5_rc_ < 0) {                                                                                    \
+      std::string tessera_call_(#call);                                                                          \
+      throw ::tessera::CheckpointError(                                                                          \
+          tessera_call_.substr(0, tessera_call_.find('(')) + " failed: " + ::tessera::detail::hdf5_error_text(), \
+          __FILE__, __LINE__);                                                                                   \
+    }                                                                                                            \
+    return tessera_h5_rc_;                                                                                       \
   }()
 
 namespace tessera::detail {
+
+/// The most specific entry of HDF5's current error stack ("H5Dopen2: not a dataset"), so that
+/// a message says what HDF5 saw without its printed stack (which QuietHdf5 silences).
+inline std::string hdf5_error_text() {
+  std::string text;
+  H5Ewalk2(
+      H5E_DEFAULT, H5E_WALK_UPWARD,
+      [](unsigned n, const H5E_error2_t* e, void* out) -> herr_t {
+        if (n == 0 && e != nullptr)
+          *static_cast<std::string*>(out) =
+              std::string(e->func_name ? e->func_name : "?") + ": " + (e->desc ? e->desc : "unknown error");
+        return 0;
+      },
+      &text);
+  return text.empty() ? "HDF5 gave no reason" : text;
+}
 
 /// Owns an HDF5 id and closes it with the matching function (H5Fclose, H5Dclose, ...).
 class H5Handle {

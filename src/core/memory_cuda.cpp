@@ -30,6 +30,16 @@ int current_device() noexcept {
 }
 void set_device(int device) { TESSERA_CHECK_CUDA(cudaSetDevice(device)); }
 
+std::pair<double, int> device_free_bytes() noexcept {
+  std::size_t free = 0, total = 0;
+  int devices = 0;
+  if (cudaMemGetInfo(&free, &total) != cudaSuccess || cudaGetDeviceCount(&devices) != cudaSuccess) {
+    cudaGetLastError();
+    return {0, 0};
+  }
+  return {static_cast<double>(free), devices};
+}
+
 void copy_bytes(void* dst, MemoryKind to, const void* src, MemoryKind from, std::size_t bytes) {
   if (bytes == 0) return;
   if (to == MemoryKind::Host && from == MemoryKind::Host) {

@@ -34,7 +34,8 @@ bool probe_cuda_aware_mpi() {
 #endif
 }
 
-constexpr int kFinalizeTag = 7200;  // + round, on the control communicator
+constexpr int kFinalizeTag = 7200;    // + round, on the control communicator
+constexpr int kRendezvousTag = 7300;  // + round, on the control communicator
 
 /// How long the end of the job waits for every rank: TESSERA_COMM_TIMEOUT (seconds; 0 waits
 /// forever; default 600), and once a communicator failed, when a rank may never come, half
@@ -182,6 +183,14 @@ Session::~Session() {
   }
   g_control = MPI_COMM_NULL;
   g_session = nullptr;
+}
+
+bool Session::all_arrive_within(std::chrono::milliseconds wait) {
+  static detail::FenceBuffers buffers;  // a request that expired may still write here
+  static int round = 0;                 // every rank calls this the same number of times
+  const auto result = detail::fence(g_control, rank_, size_, static_cast<std::uint64_t>(round++), buffers,
+                                    kRendezvousTag, std::chrono::steady_clock::now() + wait, false);
+  return result == detail::FenceResult::Agree;
 }
 
 bool Session::active() noexcept { return g_session.load() != nullptr; }

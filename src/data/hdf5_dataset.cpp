@@ -1,12 +1,14 @@
 // An HDF5 dataset: /inputs [N, d_in] float32 with /targets [N, d_out] float32 or /labels [N]
 // int64. Each rank opens the file for reading on its own and reads only its rows.
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 
 #include <tessera/core/error.hpp>
 #include <tessera/data/dataset.hpp>
 
 #include "core/hdf5_check.hpp"
+#include "core/log.hpp"
 
 namespace tessera::data {
 namespace {
@@ -28,6 +30,14 @@ class Hdf5Dataset final : public Dataset {
     file_ = H5Handle(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
     if (!file_.valid()) throw bad("cannot be opened for reading");
     if (H5Lexists(file_.get(), "/inputs", H5P_DEFAULT) <= 0) throw bad("has no /inputs dataset");
+    const auto require_dataset = [&](const char* name) {
+      const H5Handle object(H5Oopen(file_.get(), name, H5P_DEFAULT), H5Oclose);
+      if (!object.valid()) throw bad(std::string(name) + " cannot be opened");
+      const H5I_type_t type = H5Iget_type(object.get());
+      if (type != H5I_DATASET)
+        throw bad(std::string(name) + " is " + (type == H5I_GROUP ? "a group" : "a named type") + ", not a dataset");
+    };
+    require_dataset("/inputs");
     inputs_ = H5Handle(H5Dopen2(file_.get(), "/inputs", H5P_DEFAULT), H5Dclose);
     const auto in_shape = shape_of(inputs_.get());
     if (in_shape.size() != 2) throw bad("/inputs has rank " + std::to_string(in_shape.size()) + ", not 2");
@@ -39,6 +49,7 @@ class Hdf5Dataset final : public Dataset {
     if (has_targets == has_labels)
       throw bad(has_targets ? "has both /targets and /labels" : "has neither /targets nor /labels");
     if (has_targets) {
+      require_dataset("/targets");
       targets_ = H5Handle(H5Dopen2(file_.get(), "/targets", H5P_DEFAULT), H5Dclose);
       const auto t = shape_of(targets_.get());
       if (t.size() != 2 || static_cast<std::int64_t>(t[0]) != rows_)
@@ -46,6 +57,7 @@ class Hdf5Dataset final : public Dataset {
       if (!is_type(targets_.get(), H5T_NATIVE_FLOAT)) throw bad("/targets is not float32");
       target_dim_ = static_cast<std::size_t>(t[1]);
     } else {
+      require_dataset("/labels");
       labels_ = H5Handle(H5Dopen2(file_.get(), "/labels", H5P_DEFAULT), H5Dclose);
       const auto l = shape_of(labels_.get());
       if (l.size() != 1 || static_cast<std::int64_t>(l[0]) != rows_)
@@ -74,10 +86,12 @@ class Hdf5Dataset final : public Dataset {
             const View1D<std::int64_t>& labels) override {
     auto in_h = Kokkos::create_mirror_view(inputs);
     read_rows(inputs_.get(), H5T_NATIVE_FLOAT, indices, input_dim_, in_h.data());
+    warn_if_not_finite("/inputs", indices, in_h.data(), input_dim_);
     Kokkos::deep_copy(inputs, in_h);
     if (target_dim_ > 0) {
       auto t_h = Kokkos::create_mirror_view(targets);
       read_rows(targets_.get(), H5T_NATIVE_FLOAT, indices, target_dim_, t_h.data());
+      warn_if_not_finite("/targets", indices, t_h.data(), target_dim_);
       Kokkos::deep_copy(targets, t_h);
     } else {
       auto l_h = Kokkos::create_mirror_view(labels);
@@ -87,6 +101,23 @@ class Hdf5Dataset final : public Dataset {
   }
 
  private:
+  /// Says once, the first time a loaded row holds NaN or an infinity, which row it is: the
+  /// loss turns non-finite from it, and the run then stops at that step.
+  void warn_if_not_finite(const char* name, const std::vector<std::int64_t>& rows, const float* data,
+                          std::size_t cols) {
+    if (warned_) return;
+    for (std::size_t r = 0; r < rows.size(); ++r)
+      for (std::size_t c = 0; c < cols; ++c)
+        if (!std::isfinite(data[r * cols + c])) {
+          warned_ = true;
+          tessera::detail::logger().warn(
+              "dataset '{}': row {} of {} holds a NaN or infinite value (column {}); training on it will make the "
+              "loss non-finite, and the run will stop",
+              path_, rows[r], name, c);
+          return;
+        }
+  }
+
   static std::vector<hsize_t> shape_of(hid_t dataset) {
     H5Handle space(TESSERA_CHECK_HDF5(H5Dget_space(dataset)), H5Sclose);
     const int rank = TESSERA_CHECK_HDF5(H5Sget_simple_extent_ndims(space.get()));
@@ -123,6 +154,7 @@ class Hdf5Dataset final : public Dataset {
   // Declared in opening order so they close in reverse, also when the constructor throws.
   H5Handle file_, inputs_, targets_, labels_;
   std::int64_t rows_ = 0, classes_ = 0;
+  bool warned_ = false;
   std::size_t input_dim_ = 0, target_dim_ = 0;
 };
 

@@ -1,5 +1,8 @@
 #include <tessera/core/error.hpp>
+#include <tessera/core/memory.hpp>
 #include <tessera/train/trainer.hpp>
+
+#include <algorithm>
 
 #include "kernels/side_queue.hpp"
 
@@ -32,6 +35,24 @@ void TrainConfig::validate() const {
   require(synthetic_samples >= 1, "--data.samples must be >= 1");
 }
 
+TrainConfig::MemoryEstimate TrainConfig::estimate_memory(int ranks) const {
+  const double d = static_cast<double>(dim), L = static_cast<double>(layers), f = sizeof(float);
+  MemoryEstimate e;
+  const double params = L * (d * d + d);
+  const double state = optimizer == "adamw" ? 2 : (momentum > 0 ? 1 : 0);
+  e.model = params * f * (2 + state) + (ddp.grad_dtype == DType::BFloat16 ? params * 2 : 0);
+  // Per micro-batch row: each Linear keeps its output and input gradient, each GELU three
+  // buffers; the batch's inputs, targets and loss gradient.
+  const double rows = static_cast<double>(global_batch) / std::max(1, ranks) / static_cast<double>(accum);
+  e.activations = rows * d * f * (2 * L + 3 * (L - 1) + 3);
+  if (data == "synthetic") {
+    const double teacher = static_cast<double>(teacher_layers ? teacher_layers : layers);
+    e.data = static_cast<double>(synthetic_samples) * d * f * 2 + teacher * (d * d + d) * f * 2 +
+             256 * d * f * 5 * teacher;  // its samples, its parameters, its forward over 256 rows
+  }
+  return e;
+}
+
 Trainer::Trainer(TrainConfig config, comm::Communicator& comm) : config_(std::move(config)), comm_(comm) {
   config_.validate();
   const std::int64_t ranks = comm.size();
@@ -39,6 +60,26 @@ Trainer::Trainer(TrainConfig config, comm::Communicator& comm) : config_(std::mo
     throw ConfigError("--train.batch " + std::to_string(config_.global_batch) + " does not divide across " +
                       std::to_string(ranks) + " ranks x " + std::to_string(config_.accum) +
                       " micro-steps; choose a multiple of " + std::to_string(ranks * config_.accum));
+  // Refuse, before allocating anything, a run that cannot fit (rather than meet the kernel's
+  // out-of-memory killer, which ends a process with no message).
+  const auto need = config_.estimate_memory(comm.size());
+  const auto have = memory_budget();
+  if (have.bytes > 0 && need.total() > have.bytes) {
+    const auto gb = [](double b) {
+      std::ostringstream s;
+      s.precision(b >= 1e10 ? 0 : 1);
+      s << std::fixed << b / 1e9 << " GB";
+      return s.str();
+    };
+    throw ConfigError("this run needs about " + gb(need.total()) + " per rank (parameters, gradients and " +
+                      config_.optimizer + " state of " + std::to_string(config_.layers) + " layers of " +
+                      std::to_string(config_.dim) + " x " + std::to_string(config_.dim) + ": " + gb(need.model) +
+                      "; activations: " + gb(need.activations) +
+                      (need.data > 0 ? "; synthetic data and its teacher: " + gb(need.data) : std::string()) +
+                      "), and a rank has about " + gb(have.bytes) + " (" + have.source +
+                      "); lower --model.dim, --model.layers, --train.batch or --data.samples, or run fewer ranks "
+                      "per node");
+  }
   dataset_ =
       config_.data == "synthetic"
           ? data::make_teacher_student(config_.synthetic_samples, config_.dim,

@@ -4,6 +4,8 @@
 
 #include <Kokkos_Core.hpp>
 
+#include <string>
+
 namespace tessera {
 
 /// Where a buffer lives; it picks the communication path (host memory or device memory).
@@ -31,5 +33,16 @@ constexpr MemoryKind memory_kind_of_space() {
 
 /// Asks the CUDA runtime whether ptr is device memory (Host when CUDA is not compiled in).
 MemoryKind memory_kind_of(const void* ptr) noexcept;
+
+/// Memory this rank may still take in the default memory space, and where the figure comes
+/// from. On the host: the node's available memory (MemAvailable, or what the cgroup's limit
+/// leaves when that is lower) shared by the job's ranks on the node; on a GPU: its free
+/// memory shared by the ranks that use it. `bytes` is 0 when it cannot be told.
+struct MemoryBudget {
+  double bytes = 0;
+  std::string source;  ///< e.g. "23.1 GB available on this node, shared by 2 ranks"
+};
+/// Needs a live Session (for the ranks on the node).
+MemoryBudget memory_budget();
 
 }  // namespace tessera

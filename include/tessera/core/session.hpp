@@ -2,6 +2,7 @@
 /// \file
 /// tessera::Session: the RAII owner of MPI and Kokkos for one process.
 
+#include <chrono>
 #include <functional>
 
 namespace tessera {
@@ -31,6 +32,11 @@ class Session {
   int local_rank() const noexcept { return local_rank_; }
   /// True when the MPI library reports CUDA-aware support (probed at start).
   bool cuda_aware_mpi() const noexcept { return cuda_aware_mpi_; }
+
+  /// Collective with a deadline: waits until every rank has called it, or `wait` passes.
+  /// True on every rank when every rank came in time. (An app uses it to tell an error that
+  /// every rank met, after which all can end normally, from one that some ranks met alone.)
+  bool all_arrive_within(std::chrono::milliseconds wait);
 
   /// True while a Session is alive.
   static bool active() noexcept;

@@ -44,6 +44,15 @@ struct TrainConfig {
 
   /// Throws ConfigError for values no run can use (before any communication).
   void validate() const;
+
+  /// Bytes a run of this configuration takes on each of `ranks` ranks, by part.
+  struct MemoryEstimate {
+    double model = 0;        ///< parameters, gradients and optimizer state
+    double activations = 0;  ///< what forward keeps for backward, and the batch
+    double data = 0;         ///< the synthetic task's samples and its teacher (0 for HDF5, read per batch)
+    double total() const { return model + activations + data; }
+  };
+  MemoryEstimate estimate_memory(int ranks) const;
 };
 
 /// One optimizer step's figures (loss averaged over every rank and micro-step).
