@@ -237,6 +237,7 @@ class CommState {
   std::mutex mutex;
   std::condition_variable cv;
   std::deque<std::shared_ptr<WorkState>> queue;
+  std::atomic<std::size_t> queued{0};  // queue.size(), changed under mutex: idle() reads it without the lock
   bool stopping = false;
   std::atomic<bool> running{false};
   std::atomic<Clock::rep> running_since{0};  // when the worker's current op started
@@ -366,10 +367,9 @@ class CommState {
     transfer_cv.notify_one();
   }
 
-  bool idle() {
-    std::lock_guard<std::mutex> lock(mutex);
-    return queue.empty();
-  }
+  /// Nothing queued or running on the progress thread (acquire: what the last queued op
+  /// wrote is visible to the op that runs next on the caller's thread).
+  bool idle() const { return queued.load(std::memory_order_acquire) == 0; }
 
   void ensure_usable() {
     if (!failed.load()) return;
@@ -394,6 +394,7 @@ class CommState {
       std::lock_guard<std::mutex> lock(mutex);
       if (!worker.joinable()) worker = std::thread([this] { worker_loop(); });
       queue.push_back(std::move(w));
+      queued.store(queue.size(), std::memory_order_release);
     }
     cv.notify_one();
   }
@@ -423,6 +424,7 @@ class CommState {
       {
         std::lock_guard<std::mutex> lock(mutex);
         queue.pop_front();
+        queued.store(queue.size(), std::memory_order_release);
       }
       {
         std::lock_guard<std::mutex> lock(w->mutex);
@@ -810,6 +812,7 @@ void Work::wait() {
       std::lock_guard<std::mutex> queue_lock(comm.mutex);
       if (w.started.load()) continue;
       comm.queue.erase(std::find(comm.queue.begin(), comm.queue.end(), state_));
+      comm.queued.store(comm.queue.size(), std::memory_order_release);
     }
     lock.unlock();
     comm.ensure_usable();

@@ -1,6 +1,9 @@
 #include <tessera/core/session.hpp>
 
 #include <mpi.h>
+#include <sched.h>
+#include <unistd.h>
+
 #include <Kokkos_Core.hpp>
 
 #if __has_include(<mpi-ext.h>)
@@ -12,6 +15,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "core/log.hpp"
@@ -25,6 +29,19 @@ MPI_Comm g_control = MPI_COMM_NULL;
 std::atomic<bool> g_comm_failed{false};
 std::mutex g_finalizers_mutex;
 std::vector<std::function<void()>> g_finalizers;
+
+/// The cores this rank may use, as far as can be told before MPI starts: those it is bound
+/// to, and no more than its share of the node's (Open MPI's launcher says how many ranks
+/// share the node; other launchers bind, or the share is the node's).
+int cores_per_rank_before_mpi() {
+  const int online = std::max(1, static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)));
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  const int allowed = sched_getaffinity(0, sizeof set, &set) == 0 ? std::max(1, CPU_COUNT(&set)) : online;
+  int local = 1;
+  if (const char* v = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE"); v != nullptr) local = std::max(1, std::atoi(v));
+  return std::min(allowed, online / local);
+}
 
 bool probe_cuda_aware_mpi() {
 #if defined(MPIX_CUDA_AWARE_SUPPORT) && MPIX_CUDA_AWARE_SUPPORT
@@ -99,11 +116,12 @@ void Session::start_runtimes(int* argc, char*** argv) {
   MPI_Initialized(&initialized);
   int provided = MPI_THREAD_SINGLE;
   if (!initialized) {
-    // A communicator's progress thread usually shares a core with the thread that computes.
-    // Open MPI's blocking calls spin while they wait; told to yield, they leave that core to
-    // the computation (measured on 2 ranks of 2 cores: a DDP step 62.0 -> 54.5 ms). Only a
-    // default: a value the user set is kept.
-    setenv("OMPI_MCA_mpi_yield_when_idle", "1", 0);
+    // Where a rank has fewer than two cores, a communicator's progress thread shares one
+    // with the thread that computes. Open MPI's blocking calls spin while they wait; told
+    // to yield, they leave that core to the computation (measured on 2 ranks of 2 cores: a
+    // DDP step 62.0 -> 54.5 ms). With a core to spare, spinning answers sooner, and each
+    // yield is a system call. Only a default: a value the user set is kept.
+    if (cores_per_rank_before_mpi() < 2) setenv("OMPI_MCA_mpi_yield_when_idle", "1", 0);
     // Async collectives run on a progress thread per communicator while the caller keeps
     // using MPI, so every thread may call MPI at once.
     const int rc = MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
@@ -142,7 +160,9 @@ void Session::start_runtimes(int* argc, char*** argv) {
     }
     owns_kokkos_ = true;
   }
-  detail::logger().debug("session started: {} ranks, CUDA-aware MPI: {}", size_, cuda_aware_mpi_);
+  const char* yield = std::getenv("OMPI_MCA_mpi_yield_when_idle");
+  detail::logger().debug("session started: {} ranks, CUDA-aware MPI: {}, Open MPI yields while it waits: {}", size_,
+                         cuda_aware_mpi_, yield != nullptr && std::string(yield) == "1" ? "yes" : "no");
 }
 
 Session::~Session() {
