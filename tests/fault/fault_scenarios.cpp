@@ -9,6 +9,8 @@
 //                      returns from main: the process must exit, not hang in MPI_Finalize.
 // async_buffer_safe:   rank 1 stops before an async all_reduce; rank 0's wait() times out,
 //                      it unmaps the buffer and lets rank 1 go on: nothing may write there.
+// create_missing_rank: rank 1 stops instead of creating a communicator; rank 0's create()
+//                      ends with a TimeoutError naming it.
 #include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -94,6 +96,16 @@ int async_buffer_safe(comm::Communicator& c, comm::Communicator& world) {
   }
   return 0;
 }
+int create_missing_rank(int rank) {
+  if (rank == 1) raise(SIGSTOP);  // never continued: it never creates the communicator
+  try {
+    auto late = comm::Communicator::create(test::backend_under_test());
+    say(rank, "created a communicator without rank 1");
+  } catch (const TimeoutError& e) {
+    say(rank, std::string("caught TimeoutError: ") + e.message());
+  }
+  return 0;
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -108,6 +120,7 @@ int main(int argc, char** argv) {
   if (scenario == "stop_mid_collective") return stop_mid_collective(*c);
   if (scenario == "exit_after_timeout") return exit_after_timeout(*c);
   if (scenario == "async_buffer_safe") return async_buffer_safe(*c, *world);
+  if (scenario == "create_missing_rank") return create_missing_rank(c->rank());
   std::fprintf(stderr, "unknown scenario '%s'\n", scenario.c_str());
   return 2;
 }

@@ -68,6 +68,27 @@ TEST(BadArguments, BackendsNotCompiledInSayHowToGetThem) {
   }
 }
 
+TEST(Mismatch, RanksThatCreateDifferentBackendsAreToldOnEveryRank) {
+  auto& w = world();
+  if (w.size() < 2) GTEST_SKIP() << "needs two ranks to disagree";
+  if (!comm::backend_compiled(comm::Backend::Gloo)) GTEST_SKIP() << "needs a second CPU backend";
+  const auto mine = w.rank() == 0 ? comm::Backend::Mpi : comm::Backend::Gloo;
+  try {
+    comm::Communicator::create(mine, test::test_options("odd"));
+    ADD_FAILURE() << "expected a MismatchError";
+  } catch (const MismatchError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find(std::string("(backend ") + comm::backend_name(mine) + "): ranks asked for different backends"),
+              std::string::npos)
+        << m;
+  }
+  // Nothing is left behind: the next creation, the same on every rank, works.
+  auto again = comm::Communicator::create(w.backend(), test::test_options("again"));
+  float one = 1.0f;
+  again->all_reduce({&one, 1});
+  EXPECT_EQ(one, static_cast<float>(w.size()));
+}
+
 /// A fresh communicator over all ranks with a short timeout, for tests that break it.
 std::unique_ptr<comm::Communicator> breakable(const std::string& name, std::chrono::milliseconds timeout) {
   auto sub = world().split(0, world().rank(), name);
