@@ -5,6 +5,7 @@
 
 #include <tessera/checkpoint/model_file.hpp>
 #include <tessera/core/error.hpp>
+#include <tessera/parallel/zero.hpp>
 
 #include "core/hdf5_check.hpp"
 
@@ -13,6 +14,9 @@ namespace tessera::checkpoint {
 void save_model(const std::string& path, const nn::ParameterStore& store, comm::Communicator& comm) {
   int failed = 0;
   std::string error;
+  // The whole model on rank 0: gathered from the ranks' shards where values are sharded.
+  std::vector<float> values;
+  if (store.value_residency() != nn::Residency::Full || comm.rank() == 0) values = parallel::gather_values(store, comm);
   if (comm.rank() == 0) {
     const std::string tmp = path + ".tmp." + std::to_string(getpid());
     const auto dir = std::filesystem::path(path).parent_path();
@@ -35,9 +39,8 @@ void save_model(const std::string& path, const nn::ParameterStore& store, comm::
           detail::H5Handle ds(TESSERA_CHECK_HDF5(H5Dcreate2(group.get(), p.name.c_str(), H5T_IEEE_F32LE, space.get(),
                                                             H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)),
                               H5Dclose);
-          auto h = Kokkos::create_mirror_view(p.value);
-          Kokkos::deep_copy(h, p.value);
-          TESSERA_CHECK_HDF5(H5Dwrite(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, h.data()));
+          TESSERA_CHECK_HDF5(
+              H5Dwrite(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data() + p.offset));
         }
         TESSERA_CHECK_HDF5(H5Fflush(file.get(), H5F_SCOPE_GLOBAL));
       }
@@ -70,9 +73,16 @@ void load_model(const std::string& path, nn::ParameterStore& store) {
     TESSERA_CHECK_HDF5(H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr));
     const std::vector<hsize_t> want(p.shape.begin(), p.shape.end());
     if (dims != want) throw CheckpointError("'" + path + "': " + name + " has another shape than the model's");
-    auto h = Kokkos::create_mirror_view(p.value);
+    HostView1D<float> h("tessera::load_model", p.numel);
     TESSERA_CHECK_HDF5(H5Dread(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, h.data()));
-    Kokkos::deep_copy(p.value, h);
+    if (store.value_residency() == nn::Residency::Full) {
+      Kokkos::deep_copy(p.value, h);
+    } else if (p.shard.end > p.shard.begin) {  // this rank keeps only its owned part
+      const auto part = Kokkos::subview(h, std::make_pair(p.shard.begin, p.shard.end));
+      const View1D<float> mine(store.values().data() + (p.offset + p.shard.begin - store.owned_begin()),
+                               p.shard.end - p.shard.begin);
+      Kokkos::deep_copy(mine, part);
+    }
   }
 }
 

@@ -229,6 +229,7 @@ class CommState {
   MPI_Comm fence_comm = MPI_COMM_NULL;
   Progress progress;
   int splits = 0;
+  double bytes_sent = 0;  // modelled: see Communicator::bytes_sent()
 
   std::atomic<bool> failed{false};
   std::mutex failure_mutex;
@@ -936,9 +937,35 @@ std::unique_ptr<Communicator> Communicator::split(int color, int key, const std:
                                         s.path + "/" + std::to_string(index) + ":" + std::to_string(color));
 }
 
+namespace {
+/// Bytes one rank sends, on average over the ranks, when `op` runs on a bandwidth-optimal
+/// schedule: a ring for all_reduce, all_gather, reduce_scatter and all_to_all, a pipelined
+/// chain for broadcast and reduce, the root alone for scatter and gather (nccl-tests'
+/// bus-bandwidth factors, per rank).
+double modelled_bytes(const Op& op, int ranks) {
+  const double n = ranks, block = static_cast<double>(op.count * dtype_size(op.dtype));
+  if (ranks < 2) return op.type == OpType::Send ? block : 0.0;
+  switch (op.type) {
+    case OpType::AllReduce: return 2 * (n - 1) / n * block;
+    case OpType::AllGather:
+    case OpType::ReduceScatter:
+    case OpType::AllToAll: return (n - 1) * block;  // count is the per-rank block
+    case OpType::Broadcast:
+    case OpType::Reduce: return (n - 1) / n * block;
+    case OpType::Scatter:
+    case OpType::Gather: return (n - 1) / n * block;  // the root's (n-1) blocks, over n ranks
+    case OpType::Send: return block;
+    default: return 0.0;
+  }
+}
+}  // namespace
+
+double Communicator::bytes_sent() const noexcept { return state_->bytes_sent; }
+
 Work Communicator::submit(Op op, bool async) {
   auto& s = *state_;
   s.ensure_usable();
+  s.bytes_sent += modelled_bytes(op, s.size);
   op.seq = s.progress.ops_issued.fetch_add(1);
   op.check = s.options.check;
   if (detail::is_collective(op.type)) op.coll_seq = s.progress.collectives_issued.fetch_add(1);

@@ -51,13 +51,19 @@ View2D<float> Linear::forward(const View2D<const float>& x) {
   x_ = x;
   const std::size_t batch = x.extent(0);
   ensure_shape(y_, batch, out_, "tessera::linear::y");
+  acquire(*weight_, Pass::Forward);
+  if (bias_ != nullptr) acquire(*bias_, Pass::Forward);
   kernels::gemm(Trans::No, Trans::Yes, 1.0f, x, weight_->value2d(), 0.0f, y_);
   if (bias_ != nullptr) add_bias(y_, bias_->value);
+  released(*weight_, Pass::Forward);
+  if (bias_ != nullptr) released(*bias_, Pass::Forward);
   return y_;
 }
 
 View2D<float> Linear::backward(const View2D<const float>& dy) {
   const std::size_t batch = dy.extent(0);
+  acquire(*weight_, Pass::Backward);
+  if (bias_ != nullptr) acquire(*bias_, Pass::Backward);
   // dW += dy^T x
   kernels::gemm(Trans::Yes, Trans::No, 1.0f, dy, x_, weight_->take_grad_beta(), weight_->grad2d());
   grad_ready(*weight_);
@@ -72,8 +78,8 @@ View2D<float> Linear::backward(const View2D<const float>& dy) {
     grad_ready(*bias_);
   }
   auto release = [&] {
-    released(*weight_);
-    if (bias_ != nullptr) released(*bias_);
+    released(*weight_, Pass::Backward);
+    if (bias_ != nullptr) released(*bias_, Pass::Backward);
   };
   if (!input_grad_) {
     release();
@@ -134,6 +140,11 @@ MLP::MLP(ParameterStore& store, std::size_t layers, std::size_t dim, const std::
 void MLP::set_input_grad(bool needed) {
   input_grad_ = needed;
   linears_.front()->set_input_grad(needed);
+}
+
+void MLP::set_acquire_hook(AcquireHook hook) {
+  acquire_hook_ = hook;
+  for (auto& l : linears_) l->set_acquire_hook(hook);
 }
 
 void MLP::set_release_hook(ReleaseHook hook) {

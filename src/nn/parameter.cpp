@@ -3,6 +3,8 @@
 #include <tessera/nn/module.hpp>
 #include <tessera/nn/parameter.hpp>
 
+#include <algorithm>
+
 namespace tessera::nn {
 
 View2D<float> Parameter::value2d() const {
@@ -32,30 +34,66 @@ Parameter& ParameterStore::add(const std::string& name, std::vector<std::int64_t
   return params_.back();
 }
 
-void ParameterStore::allocate() {
-  values_ = View1D<float>("tessera::parameters", numel_);
-  grads_ = View1D<float>("tessera::gradients", numel_);
+void ParameterStore::shard(std::size_t begin, std::size_t end, Residency values, Residency grads) {
+  if (allocated_) throw Error("ParameterStore::shard after allocate(); shard the store before allocating it");
+  if (begin > end || end > numel_)
+    throw Error("ParameterStore::shard: [" + std::to_string(begin) + ", " + std::to_string(end) +
+                ") is not a range of the " + std::to_string(numel_) + " elements");
+  sharded_ = true;
+  owned_begin_ = begin;
+  owned_end_ = end;
+  value_residency_ = values;
+  grad_residency_ = grads;
   for (auto& p : params_) {
-    p.value = View1D<float>(values_.data() + p.offset, p.numel);
-    p.grad = View1D<float>(grads_.data() + p.offset, p.numel);
+    const std::size_t b = std::clamp(begin, p.offset, p.offset + p.numel);
+    const std::size_t e = std::clamp(end, p.offset, p.offset + p.numel);
+    p.shard = ShardSpec::flat_range(b - p.offset, e - p.offset);
+  }
+}
+
+void ParameterStore::allocate() {
+  if (!sharded_) owned_end_ = numel_;
+  const std::size_t owned = owned_end_ - owned_begin_;
+  const auto size = [&](Residency r) { return r == Residency::Full ? numel_ : owned; };
+  values_ = View1D<float>("tessera::parameters", size(value_residency_));
+  grads_ = View1D<float>("tessera::gradients", size(grad_residency_));
+  for (auto& p : params_) {
+    p.value = value_residency_ == Residency::Full ? View1D<float>(values_.data() + p.offset, p.numel) : View1D<float>();
+    p.grad = grad_residency_ == Residency::Full ? View1D<float>(grads_.data() + p.offset, p.numel) : View1D<float>();
   }
   allocated_ = true;
+}
+
+View1D<float> ParameterStore::owned_values() const {
+  if (value_residency_ == Residency::Owned) return values_;
+  return View1D<float>(values_.data() + owned_begin_, owned_end_ - owned_begin_);
+}
+
+View1D<float> ParameterStore::owned_grads() const {
+  if (grad_residency_ == Residency::Owned) return grads_;
+  return View1D<float>(grads_.data() + owned_begin_, owned_end_ - owned_begin_);
 }
 
 void ParameterStore::initialize(std::uint64_t seed) {
   if (!allocated_) allocate();
   for (auto& p : params_) {
-    auto v = p.value;
+    // The elements this rank keeps: the whole tensor, or the owned part of it (the tensor's
+    // flat indices [first, first + count)).
+    const bool full = value_residency_ == Residency::Full;
+    const std::size_t first = full ? 0 : p.shard.begin;
+    const std::size_t count = full ? p.numel : p.shard.owned(p.numel);
+    if (count == 0) continue;
+    const View1D<float> v(values_.data() + (full ? p.offset : p.offset + first - owned_begin_), count);
     if (p.init.kind == Init::Kind::Zeros) {
       Kokkos::deep_copy(v, 0.0f);
       continue;
     }
     const std::uint64_t key = stream_key(seed, p.name);
     const float bound = p.init.bound;
-    // A full shard's local index is its global index; sharded layouts add their offset here.
+    // Each value is a function of its flat index in the tensor alone: every layout draws the same.
     Kokkos::parallel_for(
-        "tessera::init", Kokkos::RangePolicy<>(0, p.numel),
-        KOKKOS_LAMBDA(std::size_t i) { v(i) = bound * (2.0f * uniform01(key, i) - 1.0f); });
+        "tessera::init", Kokkos::RangePolicy<>(0, count),
+        KOKKOS_LAMBDA(std::size_t i) { v(i) = bound * (2.0f * uniform01(key, first + i) - 1.0f); });
   }
   zero_grad();
 }

@@ -1,7 +1,7 @@
 #include <tessera/core/error.hpp>
 #include <tessera/parallel/ddp.hpp>
 
-#include <cstring>
+#include "parallel/replicas.hpp"
 
 namespace tessera::parallel {
 namespace {
@@ -21,7 +21,9 @@ void from_bf16(const View1D<const bfloat16>& from, const View1D<float>& to) {
 DistributedDataParallel::DistributedDataParallel(nn::Module& model, nn::ParameterStore& store, comm::Communicator& comm,
                                                  DDPOptions options)
     : store_(store), comm_(comm), options_(options) {
-  if (!store.allocated()) throw Error("DistributedDataParallel: allocate the parameter store first");
+  if (!store.allocated()) store.allocate();
+  if (store.value_residency() != nn::Residency::Full || store.grad_residency() != nn::Residency::Full)
+    throw Error("DistributedDataParallel: every rank must keep the whole model; this store is sharded");
   if (options.bucket_mb <= 0 || options.first_bucket_mb <= 0)
     throw ConfigError("DistributedDataParallel: bucket sizes must be > 0 MiB");
   if (options.grad_dtype != DType::Float32 && options.grad_dtype != DType::BFloat16)
@@ -54,7 +56,9 @@ DistributedDataParallel::DistributedDataParallel(nn::Module& model, nn::Paramete
   if (options.grad_dtype == DType::BFloat16)
     for (const auto& b : buckets_) wire_.emplace_back("tessera::ddp::bf16", b.numel);
   model.set_grad_ready_hook([this](nn::Parameter& p) { on_grad_ready(p); });
-  model.set_release_hook([this](nn::Parameter& p) { on_released(p); });
+  model.set_release_hook([this](nn::Parameter& p, nn::Pass pass) {
+    if (pass == nn::Pass::Backward) on_released(p);
+  });
 }
 
 DistributedDataParallel::~DistributedDataParallel() {
@@ -67,27 +71,13 @@ DistributedDataParallel::~DistributedDataParallel() {
   }
 }
 
-void DistributedDataParallel::verify_replicas_identical() {
-  auto& params = store_.parameters();
-  std::vector<std::int64_t> lo(params.size()), hi(params.size());
-  for (std::size_t k = 0; k < params.size(); ++k) {
-    auto h = Kokkos::create_mirror_view(params[k].value);
-    Kokkos::deep_copy(h, params[k].value);
-    std::uint64_t hash = 1469598103934665603ull;
-    for (std::size_t i = 0; i < h.size(); ++i) {
-      std::uint32_t bits;
-      std::memcpy(&bits, &h(i), sizeof bits);
-      hash = (hash ^ bits) * 1099511628211ull;
-    }
-    lo[k] = hi[k] = static_cast<std::int64_t>(hash >> 1);
-  }
-  comm_.all_reduce({lo.data(), lo.size()}, comm::ReduceOp::Min);
-  comm_.all_reduce({hi.data(), hi.size()}, comm::ReduceOp::Max);
-  for (std::size_t k = 0; k < params.size(); ++k)
-    if (lo[k] != hi[k])
-      throw Error("data-parallel replicas differ: parameter '" + params[k].name +
-                  "' does not hold the same values on every rank; initialise every rank from the same seed");
+std::size_t DistributedDataParallel::working_bytes() const noexcept {
+  std::size_t bytes = 0;
+  for (const auto& w : wire_) bytes += w.size() * sizeof(bfloat16);
+  return bytes;
 }
+
+void DistributedDataParallel::verify_replicas_identical() { verify_replicas(store_.parameters(), comm_); }
 
 void DistributedDataParallel::begin_step(BucketCallback on_bucket) {
   for (std::size_t b = 0; b < buckets_.size(); ++b) {

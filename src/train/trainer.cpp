@@ -33,17 +33,46 @@ void TrainConfig::validate() const {
   require(!lr || *lr > 0, "--optim.lr must be > 0");
   require(momentum >= 0, "--optim.momentum must be >= 0");
   require(synthetic_samples >= 1, "--data.samples must be >= 1");
+  require(zero_stage >= 0 && zero_stage <= 3,
+          "--parallel.zero " + std::to_string(zero_stage) + " is not a ZeRO stage; use 0 (DDP), 1, 2 or 3");
+  require(zero.prefetch >= 0, "--zero.prefetch must be >= 0 layers");
+  require(zero.bucket_mb > 0, "--zero.bucket_mb must be > 0 MiB");
+  require(max_rank_bytes >= 0, "--zero.max_rank_bytes must be >= 0 (0: no limit of its own)");
 }
 
 TrainConfig::MemoryEstimate TrainConfig::estimate_memory(int ranks) const {
   const double d = static_cast<double>(dim), L = static_cast<double>(layers), f = sizeof(float);
+  const double n = std::max(1, ranks);
   MemoryEstimate e;
   const double params = L * (d * d + d);
   const double state = optimizer == "adamw" ? 2 : (momentum > 0 ? 1 : 0);
-  e.model = params * f * (2 + state) + (ddp.grad_dtype == DType::BFloat16 ? params * 2 : 0);
+  const double wire = ddp.grad_dtype == DType::BFloat16 ? 2 : 0;  // bytes per gradient on the wire
+  // What each rank keeps (the ZeRO paper's 16, 8 + 8/N, 4 + 12/N, 16/N bytes per parameter
+  // for AdamW), and the buffers the strategy lends while a step runs.
+  const double unit = d * d + d;  // a layer: ZeRO stage 3 gathers and reduces one at a time
+  const double bucket = ranks > 1 ? std::min(params, std::max(zero.bucket_mb * 1024 * 1024 / f, d * d)) : 0;
+  switch (zero_stage) {
+    case 0:
+      e.model = params * f * (2 + state);
+      e.working = params * wire;
+      break;
+    case 1:
+      e.model = params * f * 2 + params / n * f * state;
+      e.working = 2 * bucket * wire;
+      break;
+    case 2:
+      e.model = params * f + params / n * f * (1 + state);
+      e.working = 2 * bucket * (f + wire);
+      break;
+    default:
+      e.model = params / n * f * (2 + state);
+      e.working = (zero.prefetch + 1) * unit * f + 2 * unit * (f + wire);
+      break;
+  }
+  if (ranks <= 1 && zero_stage > 0) e.working = 0;  // one rank: nothing travels, nothing is gathered
   // Per micro-batch row: each Linear keeps its output and input gradient, each GELU three
   // buffers; the batch's inputs, targets and loss gradient.
-  const double rows = static_cast<double>(global_batch) / std::max(1, ranks) / static_cast<double>(accum);
+  const double rows = static_cast<double>(global_batch) / n / static_cast<double>(accum);
   e.activations = rows * d * f * (2 * L + 3 * (L - 1) + 3);
   if (data == "synthetic") {
     const double teacher = static_cast<double>(teacher_layers ? teacher_layers : layers);
@@ -63,21 +92,36 @@ Trainer::Trainer(TrainConfig config, comm::Communicator& comm) : config_(std::mo
   // Refuse, before allocating anything, a run that cannot fit (rather than meet the kernel's
   // out-of-memory killer, which ends a process with no message).
   const auto need = config_.estimate_memory(comm.size());
-  const auto have = memory_budget();
+  MemoryBudget have = memory_budget();
+  if (config_.max_rank_bytes > 0 && (have.bytes <= 0 || config_.max_rank_bytes < have.bytes))
+    have = {config_.max_rank_bytes, "--zero.max_rank_bytes"};
   if (have.bytes > 0 && need.total() > have.bytes) {
     const auto gb = [](double b) {
       std::ostringstream s;
-      s.precision(b >= 1e10 ? 0 : 1);
+      s.precision(b >= 1e10 ? 0 : b >= 1e8 ? 1 : 3);
       s << std::fixed << b / 1e9 << " GB";
       return s.str();
     };
-    throw ConfigError("this run needs about " + gb(need.total()) + " per rank (parameters, gradients and " +
-                      config_.optimizer + " state of " + std::to_string(config_.layers) + " layers of " +
-                      std::to_string(config_.dim) + " x " + std::to_string(config_.dim) + ": " + gb(need.model) +
+    const std::string strategy =
+        config_.zero_stage == 0 ? "DDP" : "ZeRO stage " + std::to_string(config_.zero_stage);
+    std::string instead;
+    for (int stage = config_.zero_stage + 1; stage <= 3 && comm.size() > 1 && instead.empty(); ++stage) {
+      TrainConfig other = config_;
+      other.zero_stage = stage;
+      const double total = other.estimate_memory(comm.size()).total();
+      if (total <= have.bytes)
+        instead = "; ZeRO stage " + std::to_string(stage) + " (--parallel.zero " + std::to_string(stage) +
+                  ") would need about " + gb(total);
+    }
+    throw ConfigError("this run needs about " + gb(need.total()) + " per rank with " + strategy +
+                      " (parameters, gradients and " + config_.optimizer + " state of " +
+                      std::to_string(config_.layers) + " layers of " + std::to_string(config_.dim) + " x " +
+                      std::to_string(config_.dim) + ": " + gb(need.model) +
+                      (need.working > 0 ? "; communication buffers: " + gb(need.working) : std::string()) +
                       "; activations: " + gb(need.activations) +
                       (need.data > 0 ? "; synthetic data and its teacher: " + gb(need.data) : std::string()) +
-                      "), and a rank has about " + gb(have.bytes) + " (" + have.source +
-                      "); lower --model.dim, --model.layers, --train.batch or --data.samples, or run fewer ranks "
+                      "), and a rank has about " + gb(have.bytes) + " (" + have.source + ")" + instead +
+                      "; lower --model.dim, --model.layers, --train.batch or --data.samples, or run fewer ranks "
                       "per node");
   }
   dataset_ =
@@ -98,13 +142,23 @@ Trainer::Trainer(TrainConfig config, comm::Communicator& comm) : config_(std::mo
 
   model_ = std::make_unique<nn::MLP>(store_, config_.layers, config_.dim);
   model_->set_input_grad(false);  // the input is data: no gradient for it
-  store_.initialize(config_.seed);
   sampler_ = std::make_unique<data::DistributedSampler>(dataset_->size(), config_.global_batch, comm.rank(),
                                                         comm.size(), config_.seed);
-  parallel::DDPOptions ddp = config_.ddp;
-  ddp.loss_gradient_divided = true;  // step() divides the loss gradient by the ranks
-  ddp_ = std::make_unique<parallel::DistributedDataParallel>(*model_, store_, comm, ddp);
-  ddp_->verify_replicas_identical();
+  // The strategy decides what this rank keeps, then the store is filled: every layout draws
+  // the same values (a function of seed, name and index).
+  if (config_.zero_stage == 0) {
+    parallel::DDPOptions ddp = config_.ddp;
+    ddp.loss_gradient_divided = true;  // step() divides the loss gradient by the ranks
+    strategy_ = std::make_unique<parallel::DistributedDataParallel>(*model_, store_, comm, ddp);
+  } else {
+    parallel::ZeroOptions zero = config_.zero;
+    zero.stage = config_.zero_stage;
+    zero.grad_dtype = config_.ddp.grad_dtype;
+    zero.loss_gradient_divided = true;
+    strategy_ = std::make_unique<parallel::ZeroDataParallel>(*model_, store_, comm, zero);
+  }
+  store_.initialize(config_.seed);
+  strategy_->verify_replicas_identical();
   side_ = std::make_unique<kernels::SideQueue>();
 
   if (config_.optimizer == "sgd") {
@@ -112,12 +166,12 @@ Trainer::Trainer(TrainConfig config, comm::Communicator& comm) : config_(std::mo
     o.lr = config_.lr.value_or(o.lr);
     o.momentum = config_.momentum;
     if (config_.weight_decay >= 0) o.weight_decay = config_.weight_decay;
-    optimizer_ = std::make_unique<optim::SGD>(store_.values(), store_.grads(), o);
+    optimizer_ = std::make_unique<optim::SGD>(strategy_->update_values(), strategy_->update_grads(), o);
   } else {
     optim::AdamWOptions o;
     o.lr = config_.lr.value_or(o.lr);
     if (config_.weight_decay >= 0) o.weight_decay = config_.weight_decay;
-    optimizer_ = std::make_unique<optim::AdamW>(store_.values(), store_.grads(), o);
+    optimizer_ = std::make_unique<optim::AdamW>(strategy_->update_values(), strategy_->update_grads(), o);
   }
   optimizer_->run_on(side_->space());
 
@@ -132,9 +186,23 @@ Trainer::Trainer(TrainConfig config, comm::Communicator& comm) : config_(std::mo
 
 Trainer::~Trainer() = default;
 
+parallel::DistributedDataParallel& Trainer::ddp() {
+  auto* ddp = dynamic_cast<parallel::DistributedDataParallel*>(strategy_.get());
+  if (ddp == nullptr) throw Error(std::string("Trainer::ddp(): this run uses ") + strategy_->name() + ", not DDP");
+  return *ddp;
+}
+
+parallel::ZeroDataParallel& Trainer::zero() {
+  auto* zero = dynamic_cast<parallel::ZeroDataParallel*>(strategy_.get());
+  if (zero == nullptr) throw Error("Trainer::zero(): this run uses DDP (--parallel.zero 0)");
+  return *zero;
+}
+
 StepMetrics Trainer::step() {
   StepMetrics m;
   const auto start = Clock::now();
+  const double bytes_before = comm_.bytes_sent();
+  strategy_->new_step();
   store_.zero_grad();
   const std::vector<std::int64_t>& local = sampler_->next();
   const std::size_t micro = micro_indices_.size();
@@ -159,13 +227,13 @@ StepMetrics Trainer::step() {
     Kokkos::DefaultExecutionSpace().fence();
     m.forward_s += since(t);
     const bool last = k + 1 == config_.accum;
-    ddp_->set_sync(last);  // accumulate locally; communicate on the last micro-step only
+    strategy_->set_sync(last);  // accumulate locally; communicate on the last micro-step only
     if (last && config_.overlap_optimizer) {
       // Each bucket is updated as soon as its gradients are final: with several ranks when
       // its reduction completes, while later buckets travel; on one rank during backward,
       // on a queue of its own beside backward's (a second CUDA stream on a GPU).
       optimizer_->begin_step();
-      ddp_->begin_step([this](std::size_t offset, std::size_t count) {
+      strategy_->begin_step([this](std::size_t offset, std::size_t count) {
         side_->follow_default();
         optimizer_->update(offset, count);
         // With several ranks the update is timed as the optimizer's (on a GPU the reductions
@@ -173,29 +241,39 @@ StepMetrics Trainer::step() {
         if (comm_.size() > 1) side_->space().fence();
       });
     } else if (last) {
-      ddp_->begin_step();
+      strategy_->begin_step();
     }
     t = Clock::now();
     model_->backward(dy_);
     Kokkos::DefaultExecutionSpace().fence();
+    strategy_->end_backward();
     // Updates run inside backward (one rank) count as the optimizer's time.
-    m.backward_s += since(t) - (last ? ddp_->last_sync().on_bucket_s : 0.0);
+    m.backward_s += since(t) - (last ? strategy_->last_sync().on_bucket_s : 0.0);
   }
-  ddp_->finish_gradient_sync();
+  strategy_->finish_gradient_sync();
   const auto t = Clock::now();
   if (!config_.overlap_optimizer) {
     side_->follow_default();
     optimizer_->begin_step();
     optimizer_->update(0, optimizer_->size());
   }
-  const double grad_sq = optimizer_->grad_square_sum();  // summed by the updates as they read the gradients
-  m.optimizer_s = ddp_->last_sync().on_bucket_s + since(t);
-  m.comm_exposed_s = ddp_->last_sync().exposed_s;
+  double grad_sq = optimizer_->grad_square_sum();  // summed by the updates as they read the gradients
+  m.optimizer_s = strategy_->last_sync().on_bucket_s + since(t);
+  strategy_->finish_step();
+  const auto& sync = strategy_->last_sync();
+  m.comm_exposed_s = sync.exposed_s;
+  // Waits for ZeRO stage 3's gathers inside forward and backward count as communication.
+  m.forward_s -= sync.waited_in_forward_s;
+  m.backward_s -= sync.waited_in_backward_s;
+  m.comm_bytes = comm_.bytes_sent() - bytes_before;
 
-  double loss = loss_sum / static_cast<double>(config_.accum);
-  comm_.all_reduce({&loss, 1}, comm::ReduceOp::Avg);
+  // The loss averaged over the ranks; with sharded updates, the squared norm summed over them.
+  const bool sharded = strategy_->sharded_update();
+  double sums[2] = {loss_sum / static_cast<double>(config_.accum), sharded ? grad_sq : 0.0};
+  comm_.all_reduce({sums, 2}, comm::ReduceOp::Sum);
+  if (sharded) grad_sq = sums[1];
   m.step = ++steps_done_;
-  m.loss = loss;
+  m.loss = sums[0] / static_cast<double>(comm_.size());
   // Every replica applied the same averaged gradients, so every rank sees the same norm and
   // the same loss, and stops alike.
   m.grad_norm = std::sqrt(grad_sq);
@@ -213,7 +291,8 @@ StepMetrics Trainer::step() {
   last_finite_loss_ = m.loss;
   m.step_time_s = since(start);
   m.samples_per_s = static_cast<double>(config_.global_batch) / m.step_time_s;
-  m.model_state_bytes = 2 * store_.numel() * sizeof(float) + optimizer_->state_bytes();
+  m.model_state_bytes = store_.resident_bytes() + optimizer_->state_bytes();
+  m.working_bytes = strategy_->working_bytes();
   return m;
 }
 

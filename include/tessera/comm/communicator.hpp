@@ -56,6 +56,13 @@ class Communicator {
   void set_check(bool enabled);
   /// Number of operations issued so far (the next op's sequence number).
   std::uint64_t ops_issued() const noexcept;
+  /// Bytes this rank has sent so far, as modelled: each op counts what one rank sends, on
+  /// average over the ranks, on a bandwidth-optimal schedule (a ring for all_reduce, which
+  /// sends 2(n-1)/n of the buffer, and for all_gather, reduce_scatter and all_to_all, (n-1)/n
+  /// of the whole; a pipelined chain for broadcast and reduce, (n-1)/n of the buffer). It
+  /// counts ops as issued, not what the backend's own algorithm puts on the wire. Strategies
+  /// compare their traffic with it (ZeRO stage 3 sends 1.5 x what DDP sends).
+  double bytes_sent() const noexcept;
   /// False after a failure (timeout, mismatch, backend error); every later op then throws.
   bool usable() const noexcept;
 

@@ -48,6 +48,7 @@ class MLP final : public Module {
   View2D<float> forward(const View2D<const float>& x) override;
   View2D<float> backward(const View2D<const float>& dy) override;
   void set_grad_ready_hook(GradReadyHook hook) override;
+  void set_acquire_hook(AcquireHook hook) override;
   void set_release_hook(ReleaseHook hook) override;
   void set_input_grad(bool needed) override;
   std::size_t depth() const noexcept { return linears_.size(); }

@@ -9,13 +9,22 @@
 
 namespace tessera::nn {
 
+/// The pass a module is in when it calls a hook.
+enum class Pass { Forward, Backward };
+
 /// Called during backward as soon as a parameter's gradient is final (used by DDP to start
 /// communicating a bucket while the rest of backward runs).
 using GradReadyHook = std::function<void(Parameter&)>;
-/// Called during backward once backward will neither write a parameter's gradient nor read
-/// its value again (the work that reads it is queued), so that its value may change: the
-/// optimizer may update it while the rest of backward runs.
-using ReleaseHook = std::function<void(Parameter&)>;
+/// Called before a pass reads a parameter's value (forward and backward) or writes its
+/// gradient (backward). A module acquires all the parameters it uses, together, before its
+/// first kernel. A strategy that keeps parameters sharded gathers the value here (ZeRO stage
+/// 3) and lends the gradient memory (stages 2 and 3): Parameter::value and ::grad are valid
+/// only from here until the release.
+using AcquireHook = std::function<void(Parameter&, Pass)>;
+/// Called once a pass will neither read a parameter's value nor (backward) write its gradient
+/// again: the work that reads it is queued. Its value may then change (the optimizer may
+/// update it while the rest of backward runs) or its gathered copy be dropped (ZeRO stage 3).
+using ReleaseHook = std::function<void(Parameter&, Pass)>;
 
 class Module {
  public:
@@ -28,6 +37,7 @@ class Module {
   /// (owned by the module), or an empty view when the input gradient is switched off.
   virtual View2D<float> backward(const View2D<const float>& dy) = 0;
   virtual void set_grad_ready_hook(GradReadyHook hook) { hook_ = std::move(hook); }
+  virtual void set_acquire_hook(AcquireHook hook) { acquire_hook_ = std::move(hook); }
   virtual void set_release_hook(ReleaseHook hook) { release_hook_ = std::move(hook); }
   /// Whether backward() computes dL/dx (default true). A model whose input is data, not an
   /// activation, switches it off and saves the first layer's input-gradient GEMM.
@@ -38,10 +48,14 @@ class Module {
   void grad_ready(Parameter& p) const {
     if (hook_) hook_(p);
   }
-  void released(Parameter& p) const {
-    if (release_hook_) release_hook_(p);
+  void acquire(Parameter& p, Pass pass) const {
+    if (acquire_hook_) acquire_hook_(p, pass);
+  }
+  void released(Parameter& p, Pass pass) const {
+    if (release_hook_) release_hook_(p, pass);
   }
   GradReadyHook hook_;
+  AcquireHook acquire_hook_;
   ReleaseHook release_hook_;
   bool input_grad_ = true;
 };

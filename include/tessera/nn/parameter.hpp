@@ -13,14 +13,27 @@
 
 namespace tessera::nn {
 
-/// Which part of a parameter's global tensor this rank holds. Data parallelism holds the
-/// whole tensor; later strategies add flat ranges (ZeRO), row/column blocks (tensor
-/// parallelism) and nothing (a pipeline stage that does not own the layer).
+/// Which part of a parameter's global tensor this rank owns: the part it updates, keeps
+/// optimizer state for, and (later) writes to a checkpoint. Data parallelism owns the whole
+/// tensor; ZeRO owns a flat range of the flattened tensor (possibly empty). Later strategies
+/// add row/column blocks (tensor parallelism) and nothing (a pipeline stage that does not own
+/// the layer).
 struct ShardSpec {
-  enum class Kind { Full };
+  enum class Kind { Full, FlatRange };
   Kind kind = Kind::Full;
+  std::size_t begin = 0;  ///< FlatRange: first owned element of the flattened tensor
+  std::size_t end = 0;    ///< FlatRange: one past the last (begin == end: nothing owned)
   static ShardSpec full() { return {}; }
+  static ShardSpec flat_range(std::size_t begin, std::size_t end) { return {Kind::FlatRange, begin, end}; }
+  /// Owned elements of a tensor of `numel` elements.
+  std::size_t owned(std::size_t numel) const noexcept { return kind == Kind::Full ? numel : end - begin; }
 };
+
+/// Which elements of a flat buffer a rank keeps in memory between steps: all of them, or
+/// only its owned range (ZeRO stages 2 and 3 keep only the owned gradients, and backward
+/// writes into memory the strategy lends it, see Module's acquire hook; stage 3 also keeps
+/// only the owned values).
+enum class Residency { Full, Owned };
 
 /// How a parameter's initial values are drawn: each value depends only on (seed, name,
 /// global element index), so every layout starts from the same numbers.
@@ -37,9 +50,15 @@ struct Parameter {
   std::vector<std::int64_t> shape;  ///< global shape, e.g. {1024, 1024}
   ShardSpec shard;
   Init init;
-  std::size_t offset = 0;  ///< first element in the store's flat buffers
-  std::size_t numel = 0;   ///< elements held on this rank
-  View1D<float> value;     ///< this rank's elements (valid after ParameterStore::allocate)
+  /// The tensor is the range [offset, offset + numel) of the model's flat parameter and
+  /// gradient buffers (its global flat index, the same on every rank and in every layout).
+  std::size_t offset = 0;
+  std::size_t numel = 0;  ///< elements of the whole tensor
+  /// The whole tensor, while it is in memory: always when the store keeps full values; with
+  /// values sharded (ZeRO stage 3) only between a strategy's acquire and release of it.
+  View1D<float> value;
+  /// Where backward writes the whole tensor's gradient; with gradients not kept in full
+  /// (ZeRO stages 2 and 3) only memory a strategy lends it during backward.
   View1D<float> grad;
   /// Set by ParameterStore::zero_grad(): the gradient is zero but its memory was not written.
   bool grad_pending_zero = false;
@@ -58,12 +77,20 @@ struct Parameter {
 
 /// Owns every parameter of a model in one flat value buffer and one flat gradient buffer,
 /// in registration order, so gradient buckets and optimizer shards are ranges of them.
+///
+/// By default a rank owns and keeps everything. shard() gives it one contiguous range of the
+/// flat buffer to own and says which buffers it keeps in full: every parameter's ShardSpec
+/// becomes the part of that range it covers, and values()/grads() keep only what is resident.
 class ParameterStore {
  public:
   /// Registers a parameter; only before allocate(). The returned reference stays valid.
   Parameter& add(const std::string& name, std::vector<std::int64_t> shape, Init init,
                  ShardSpec shard = ShardSpec::full());
-  /// Creates the buffers and points every parameter's views into them.
+  /// Makes this rank the owner of the flat range [begin, end), keeping values and gradients
+  /// as `values` and `grads` say (Full: the whole flat buffer; Owned: the owned range). Only
+  /// before allocate().
+  void shard(std::size_t begin, std::size_t end, Residency values, Residency grads);
+  /// Creates the resident buffers and points the views of every parameter kept in full into them.
   void allocate();
   /// Sets every value from (seed, name, global index) and zeroes the gradients.
   void initialize(std::uint64_t seed);
@@ -75,9 +102,21 @@ class ParameterStore {
   void settle_grads();
 
   bool allocated() const noexcept { return allocated_; }
+  /// Elements of the whole model (every parameter's numel).
   std::size_t numel() const noexcept { return numel_; }
+  /// The resident value buffer: the whole flat buffer (Residency::Full) or the owned range.
   View1D<float> values() const { return values_; }
+  /// The resident gradient buffer: the whole flat buffer or the owned range.
   View1D<float> grads() const { return grads_; }
+  Residency value_residency() const noexcept { return value_residency_; }
+  Residency grad_residency() const noexcept { return grad_residency_; }
+  std::size_t owned_begin() const noexcept { return owned_begin_; }
+  std::size_t owned_end() const noexcept { return owned_end_; }
+  /// The owned range of the values and of the gradients.
+  View1D<float> owned_values() const;
+  View1D<float> owned_grads() const;
+  /// Bytes of the resident buffers, as allocated.
+  std::size_t resident_bytes() const noexcept { return (values_.size() + grads_.size()) * sizeof(float); }
   std::deque<Parameter>& parameters() noexcept { return params_; }
   const std::deque<Parameter>& parameters() const noexcept { return params_; }
   Parameter& find(const std::string& name);
@@ -86,6 +125,9 @@ class ParameterStore {
   std::deque<Parameter> params_;
   std::size_t numel_ = 0;
   bool allocated_ = false;
+  bool sharded_ = false;
+  std::size_t owned_begin_ = 0, owned_end_ = 0;
+  Residency value_residency_ = Residency::Full, grad_residency_ = Residency::Full;
   View1D<float> values_, grads_;
 };
 

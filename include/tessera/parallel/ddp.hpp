@@ -13,6 +13,7 @@
 #include <tessera/comm/communicator.hpp>
 #include <tessera/nn/module.hpp>
 #include <tessera/nn/parameter.hpp>
+#include <tessera/parallel/strategy.hpp>
 
 namespace tessera::parallel {
 
@@ -35,31 +36,23 @@ struct GradientBucket {
   std::vector<std::string> parameters;  ///< in the order their gradients become ready
 };
 
-/// What happened to the gradients of one step (for metrics and tests).
-struct SyncStats {
-  double exposed_s = 0;    ///< time finish_gradient_sync() waited for communication
-  double on_bucket_s = 0;  ///< time spent in on_bucket callbacks so far this step
-  /// For each bucket, in launch order: how many of the model's gradients were ready when it
-  /// was launched (fewer than all means it overlapped the rest of backward).
-  std::vector<std::size_t> ready_at_launch;
-  std::size_t buckets_launched_during_backward = 0;
-};
-
 /// On a communicator of one rank there is nothing to average, and no bucket is sent.
-class DistributedDataParallel {
+class DistributedDataParallel final : public DataParallelStrategy {
  public:
-  /// Called with a bucket's range of the flat buffers once its gradients are final.
-  using BucketCallback = std::function<void(std::size_t offset, std::size_t count)>;
-
-  /// Buckets the store's gradients and installs the model's gradient-ready hook.
+  /// Buckets the store's gradients (allocating the store if it is not yet) and installs the
+  /// model's gradient-ready and release hooks.
   DistributedDataParallel(nn::Module& model, nn::ParameterStore& store, comm::Communicator& comm,
                           DDPOptions options = {});
-  ~DistributedDataParallel();
+  ~DistributedDataParallel() override;
 
+  const char* name() const noexcept override { return "ddp"; }
+  View1D<float> update_values() override { return store_.values(); }
+  View1D<float> update_grads() override { return store_.grads(); }
+  bool sharded_update() const noexcept override { return false; }
   /// Throws tessera::Error naming the first parameter whose value differs between ranks.
-  void verify_replicas_identical();
+  void verify_replicas_identical() override;
   /// When false, backward leaves gradients local (gradient accumulation's early micro-steps).
-  void set_sync(bool sync) noexcept { sync_ = sync; }
+  void set_sync(bool sync) noexcept override { sync_ = sync; }
   /// Call before the backward pass of a step that synchronises. `on_bucket(offset, count)`,
   /// if given, runs once for every bucket as soon as its gradients are final and backward no
   /// longer needs its parameters' values, so that an element-wise optimizer update there
@@ -67,14 +60,16 @@ class DistributedDataParallel {
   /// finish_gradient_sync(), as each bucket's reduction completes while later buckets still
   /// travel. On one rank, with nothing to reduce, it is during backward, as soon as the model
   /// has released the bucket's last parameter (Module::set_release_hook).
-  void begin_step(BucketCallback on_bucket = {});
+  void begin_step(BucketCallback on_bucket = {}) override;
   /// Launches any bucket not yet launched, waits for all, and leaves every gradient averaged
   /// across ranks; runs on_bucket for the buckets not yet handed to it. Only the time spent
   /// waiting, not in on_bucket, counts as exposed communication.
-  void finish_gradient_sync();
+  void finish_gradient_sync() override;
 
   const std::vector<GradientBucket>& buckets() const noexcept { return buckets_; }
-  const SyncStats& last_sync() const noexcept { return stats_; }
+  const SyncStats& last_sync() const noexcept override { return stats_; }
+  /// The bfloat16 staging of the buckets (none for float32 gradients).
+  std::size_t working_bytes() const noexcept override;
 
  private:
   void on_grad_ready(nn::Parameter& p);

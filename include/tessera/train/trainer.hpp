@@ -15,6 +15,7 @@
 #include <tessera/nn/layers.hpp>
 #include <tessera/optim/optimizer.hpp>
 #include <tessera/parallel/ddp.hpp>
+#include <tessera/parallel/zero.hpp>
 
 namespace tessera::kernels {
 class SideQueue;
@@ -38,6 +39,13 @@ struct TrainConfig {
   std::int64_t synthetic_samples = 4096;
   std::size_t teacher_layers = 0;  ///< synthetic task's teacher depth; 0: as deep as the model
   parallel::DDPOptions ddp;
+  /// 0: DDP (every rank keeps the whole model); 1, 2, 3: ZeRO stage (see parallel::ZeroOptions;
+  /// its grad_dtype follows ddp.grad_dtype).
+  int zero_stage = 0;
+  parallel::ZeroOptions zero;
+  /// Memory a rank may use, in bytes (0: what the node or GPU has, see memory_budget()). A
+  /// run whose estimate exceeds it is refused before anything is allocated.
+  double max_rank_bytes = 0;
   /// Update each gradient bucket's parameters as soon as its reduction completes, overlapping
   /// the optimizer with the remaining communication (off: one update after all of it).
   bool overlap_optimizer = true;
@@ -47,10 +55,11 @@ struct TrainConfig {
 
   /// Bytes a run of this configuration takes on each of `ranks` ranks, by part.
   struct MemoryEstimate {
-    double model = 0;        ///< parameters, gradients and optimizer state
+    double model = 0;        ///< parameters, gradients and optimizer state kept between steps
+    double working = 0;      ///< the strategy's transient buffers (buckets, gathered layers)
     double activations = 0;  ///< what forward keeps for backward, and the batch
     double data = 0;         ///< the synthetic task's samples and its teacher (0 for HDF5, read per batch)
-    double total() const { return model + activations + data; }
+    double total() const { return model + working + activations + data; }
   };
   MemoryEstimate estimate_memory(int ranks) const;
 };
@@ -66,7 +75,14 @@ struct StepMetrics {
   double backward_s = 0;      ///< including the overlapped communication
   double comm_exposed_s = 0;  ///< time the step waited on gradient communication
   double optimizer_s = 0;
-  std::size_t model_state_bytes = 0;  ///< parameters + gradients + optimizer state on this rank
+  /// Bytes this rank keeps between steps for parameters, gradients and optimizer state, as
+  /// allocated.
+  std::size_t model_state_bytes = 0;
+  /// High-water mark of the strategy's transient buffers (buckets, gathered layers).
+  std::size_t working_bytes = 0;
+  /// Bytes this rank sent for the step's gradients and parameters, as the communicator
+  /// models them (Communicator::bytes_sent).
+  double comm_bytes = 0;
 };
 
 class Trainer {
@@ -83,7 +99,12 @@ class Trainer {
 
   nn::ParameterStore& parameters() noexcept { return store_; }
   const data::Dataset& dataset() const noexcept { return *dataset_; }
-  parallel::DistributedDataParallel& ddp() noexcept { return *ddp_; }
+  /// The data-parallel strategy: DDP or ZeRO.
+  parallel::DataParallelStrategy& strategy() noexcept { return *strategy_; }
+  /// The DDP strategy; throws when a ZeRO stage runs.
+  parallel::DistributedDataParallel& ddp();
+  /// The ZeRO strategy; throws when DDP runs.
+  parallel::ZeroDataParallel& zero();
   const TrainConfig& config() const noexcept { return config_; }
   std::int64_t steps_done() const noexcept { return steps_done_; }
 
@@ -94,7 +115,7 @@ class Trainer {
   std::unique_ptr<nn::MLP> model_;
   std::unique_ptr<data::Dataset> dataset_;
   std::unique_ptr<data::DistributedSampler> sampler_;
-  std::unique_ptr<parallel::DistributedDataParallel> ddp_;
+  std::unique_ptr<parallel::DataParallelStrategy> strategy_;
   std::unique_ptr<optim::Optimizer> optimizer_;
   std::unique_ptr<kernels::SideQueue> side_;  // where the optimizer's kernels run
   View2D<float> inputs_, targets_, dy_;

@@ -1,0 +1,296 @@
+// ZeRO stages 1-3 proven against a single-process reference on the same data: each rank also
+// trains the whole global batch alone (DDP on a communicator of its own), and the sharded
+// run, gathered, must end with the same parameters. Memory and traffic are checked against
+// the ZeRO paper's formulas from what was allocated and sent.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include <tessera/tessera.hpp>
+#include <tessera/train/trainer.hpp>
+
+#include "test_support.hpp"
+
+namespace {
+using namespace tessera;
+using test::world;
+
+train::TrainConfig small_config() {
+  train::TrainConfig c;
+  c.layers = 3;
+  c.dim = 30;  // 2790 parameters: no rank count here divides the units evenly
+  c.global_batch = 24;
+  c.steps = 10;
+  c.synthetic_samples = 480;
+  c.teacher_layers = 2;
+  c.seed = 11;
+  return c;
+}
+
+comm::Communicator& self() {
+  static std::unique_ptr<comm::Communicator> s = world().split(world().rank(), 0, "self");
+  return *s;
+}
+
+std::vector<float> whole(train::Trainer& t, comm::Communicator& comm) {
+  return parallel::gather_values(t.parameters(), comm);
+}
+
+void expect_same_parameters(const std::vector<float>& ref, const std::vector<float>& got, double rel,
+                            const std::string& what) {
+  ASSERT_EQ(ref.size(), got.size()) << what;
+  double max_ref = 0, max_diff = 0;
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    max_ref = std::max(max_ref, std::fabs(static_cast<double>(ref[i])));
+    max_diff = std::max(max_diff, std::fabs(static_cast<double>(ref[i]) - got[i]));
+  }
+  EXPECT_LE(max_diff, rel * max_ref) << what << ": max |a - b| = " << max_diff << ", max |a| = " << max_ref;
+}
+
+/// The layouts every parity test runs: uneven shards, equal shards (alignment 1 on a model
+/// whose size divides by 2, 3 and 4: the all_gather path), and a model smaller than one
+/// alignment unit (every rank but the last owns nothing).
+struct Layout {
+  std::size_t layers, dim, align;
+  const char* what;
+};
+const Layout kLayouts[] = {{3, 30, 64, "uneven shards, width 30"},
+                           {3, 32, 1, "equal shards"},
+                           {2, 4, 64, "empty shards"}};
+
+train::TrainConfig with(train::TrainConfig c, const Layout& l, int stage) {
+  c.layers = l.layers;
+  c.dim = l.dim;
+  c.teacher_layers = std::min<std::size_t>(l.layers, 2);
+  c.zero.align = l.align;
+  c.zero_stage = stage;
+  return c;
+}
+
+std::string label(const Layout& l, int stage) { return "stage " + std::to_string(stage) + ", " + l.what; }
+
+TEST(ZeroPartition, ShardsAreContiguousCoverEverythingAndDifferByAtMostOneUnit) {
+  for (std::size_t total : {0ul, 1ul, 63ul, 64ul, 65ul, 1000ul, 2790ul, 3168ul, 8396800ul})
+    for (int ranks = 1; ranks <= 5; ++ranks)
+      for (std::size_t align : {1ul, 16ul, 64ul}) {
+        const parallel::FlatPartition p(total, ranks, align);
+        ASSERT_EQ(p.ranks(), ranks);
+        EXPECT_EQ(p.begin(0), 0u);
+        EXPECT_EQ(p.end(ranks - 1), total);
+        std::size_t lo = total, hi = 0;
+        for (int r = 0; r < ranks; ++r) {
+          EXPECT_LE(p.begin(r), p.end(r));
+          if (r > 0) {
+            EXPECT_EQ(p.begin(r), p.end(r - 1));
+          }
+          EXPECT_EQ(p.begin(r) % align, 0u) << "shards start on an alignment unit";
+          lo = std::min(lo, p.size(r));
+          hi = std::max(hi, p.size(r));
+        }
+        EXPECT_LE(hi - lo, align) << total << " over " << ranks << " ranks, unit " << align;
+      }
+  const parallel::FlatPartition tiny(10, 4, 64);
+  EXPECT_EQ(tiny.size(0) + tiny.size(1) + tiny.size(2), 0u);  // a rank may own nothing
+  EXPECT_EQ(tiny.size(3), 10u);
+  EXPECT_TRUE(parallel::FlatPartition(3168, 4, 1).equal());
+  EXPECT_FALSE(parallel::FlatPartition(2790, 4, 64).equal());
+}
+
+TEST(Zero, SGDMatchesTheSingleProcessRunOnTheSameGlobalBatch) {
+  for (const auto& layout : kLayouts) {
+    auto c = with(small_config(), layout, 0);
+    c.optimizer = "sgd";
+    c.lr = 0.05f;
+    c.momentum = 0.9f;
+    train::Trainer reference(c, self());
+    reference.run();
+    const auto ref = whole(reference, self());
+    train::Trainer untrained(c, self());
+    double moved = 0;
+    const auto start = whole(untrained, self());
+    for (std::size_t i = 0; i < ref.size(); ++i) moved = std::max(moved, std::fabs(double(start[i]) - ref[i]));
+    EXPECT_GT(moved, 1e-3) << "the steps must change the parameters, or the comparison proves nothing";
+    for (int stage = 1; stage <= 3; ++stage) {
+      train::Trainer zero(with(c, layout, stage), world());
+      zero.run();
+      expect_same_parameters(ref, whole(zero, world()), 1e-5, label(layout, stage));
+    }
+  }
+}
+
+TEST(Zero, AdamWPerStepLossesMatchTheSingleProcessRun) {
+  for (const auto& layout : kLayouts) {
+    auto c = with(small_config(), layout, 0);
+    for (int stage = 1; stage <= 3; ++stage) {
+      train::Trainer reference(c, self());
+      train::Trainer zero(with(c, layout, stage), world());
+      for (int s = 0; s < 10; ++s) {
+        const auto a = reference.step(), b = zero.step();
+        EXPECT_NEAR(b.loss, a.loss, 1e-5 * std::fabs(a.loss)) << label(layout, stage) << ", step " << s + 1;
+        EXPECT_NEAR(b.grad_norm, a.grad_norm, 1e-5 * a.grad_norm) << label(layout, stage) << ", step " << s + 1;
+      }
+      expect_same_parameters(whole(reference, self()), whole(zero, world()), 1e-5, label(layout, stage));
+    }
+  }
+}
+
+TEST(Zero, AccumulationOfFourMicroStepsMatchesOneStepOfTheWholeBatch) {
+  auto c = small_config();
+  c.global_batch = 96;
+  c.synthetic_samples = 960;
+  c.optimizer = "sgd";
+  c.lr = 0.05f;
+  c.steps = 5;
+  train::Trainer reference(c, self());  // 1 x 96
+  reference.run();
+  const auto ref = whole(reference, self());
+  c.accum = 4;  // 4 micro-steps on every rank
+  if (96 % (world().size() * 4) != 0) GTEST_SKIP() << "96 samples do not split into 4 micro-steps on every rank";
+  for (int stage = 1; stage <= 3; ++stage) {
+    c.zero_stage = stage;
+    train::Trainer zero(c, world());
+    zero.run();
+    expect_same_parameters(ref, whole(zero, world()), 1e-5, "stage " + std::to_string(stage));
+  }
+}
+
+TEST(Zero, Bfloat16GradientsTrainCloseToFloat32) {
+  auto c = small_config();
+  c.optimizer = "sgd";
+  c.lr = 0.05f;
+  train::Trainer reference(c, self());
+  reference.run();
+  const auto ref = whole(reference, self());
+  c.ddp.grad_dtype = DType::BFloat16;
+  for (int stage = 1; stage <= 3; ++stage) {
+    c.zero_stage = stage;
+    train::Trainer bf16(c, world());
+    bf16.run();
+    const auto got = whole(bf16, world());
+    expect_same_parameters(ref, got, 2e-2, "stage " + std::to_string(stage));
+    if (world().size() > 1) {
+      EXPECT_NE(ref, got) << "bf16 on the wire must round the gradients (stage " << stage << ")";
+    }
+  }
+}
+
+// What a rank keeps, from its allocations, against the paper's formulas for fp32 AdamW with
+// psi parameters: DDP 16 psi, stage 1 8 psi + 8 shard, stage 2 4 psi + 12 shard, stage 3
+// 16 shard, where shard is this rank's part as the partition cuts it.
+TEST(Zero, ModelStateBytesFollowTheFormulaOfEachStage) {
+  auto c = small_config();
+  c.steps = 1;
+  const int n = world().size(), me = world().rank();
+  for (int stage = 0; stage <= 3; ++stage) {
+    c.zero_stage = stage;
+    train::Trainer t(c, world());
+    const auto m = t.step();
+    const std::size_t psi = t.parameters().numel();
+    const std::size_t shard = parallel::FlatPartition(psi, n, c.zero.align).size(me);
+    const std::size_t want = stage == 0 ? 16 * psi : stage == 1 ? 8 * psi + 8 * shard
+                                                 : stage == 2 ? 4 * psi + 12 * shard
+                                                              : 16 * shard;
+    EXPECT_EQ(m.model_state_bytes, want) << "stage " << stage << " on rank " << me << " of " << n;
+    if (stage > 0) {
+      EXPECT_EQ(t.zero().partition().size(me), shard);
+    }
+  }
+}
+
+TEST(Zero, StageThreeHoldsAtMostPrefetchPlusOneGatheredLayersAndPrefetches) {
+  auto c = small_config();
+  c.layers = 5;
+  c.steps = 2;
+  c.zero_stage = 3;
+  const std::size_t layer_bytes = (c.dim * c.dim + c.dim) * sizeof(float);
+  for (int prefetch : {0, 1, 2}) {
+    c.zero.prefetch = prefetch;
+    train::Trainer t(c, world());
+    t.step();
+    const auto m = t.step();
+    const auto& s = t.strategy().last_sync();
+    if (world().size() == 1) {
+      EXPECT_EQ(m.working_bytes, 0u) << "one rank gathers nothing";
+      EXPECT_EQ(s.gathers, 0u);
+      continue;
+    }
+    // (prefetch + 1) gathered layers and two gradient buffers of a layer each.
+    EXPECT_LE(m.working_bytes, (static_cast<std::size_t>(prefetch) + 1 + 2) * layer_bytes) << "prefetch " << prefetch;
+    EXPECT_GT(m.working_bytes, 0u);
+    // Every layer is gathered for forward and again for backward.
+    EXPECT_EQ(s.gathers, 2 * c.layers) << "prefetch " << prefetch;
+    // Forward prefetches every layer but the first, backward every layer but the last.
+    EXPECT_EQ(s.gathers_prefetched, prefetch == 0 ? 0 : 2 * (c.layers - 1)) << "prefetch " << prefetch;
+  }
+}
+
+TEST(Zero, StagesOneAndTwoSendWhatDDPSendsAndStageThreeHalfAgainMore) {
+  if (world().size() == 1) GTEST_SKIP() << "one rank sends nothing";
+  auto c = small_config();
+  c.steps = 1;
+  double bytes[4] = {};
+  for (int stage = 0; stage <= 3; ++stage) {
+    c.zero_stage = stage;
+    train::Trainer t(c, world());
+    bytes[stage] = t.step().comm_bytes;
+  }
+  ASSERT_GT(bytes[0], 0);
+  EXPECT_NEAR(bytes[1] / bytes[0], 1.0, 0.05);
+  EXPECT_NEAR(bytes[2] / bytes[0], 1.0, 0.05);
+  EXPECT_NEAR(bytes[3] / bytes[0], 1.5, 0.05 * 1.5);
+}
+
+TEST(Zero, StageTwoReducesTheFirstBucketWhileBackwardStillRuns) {
+  if (world().size() == 1) GTEST_SKIP() << "one rank reduces nothing";
+  auto c = small_config();
+  c.zero_stage = 2;
+  c.zero.bucket_mb = 4.0 * 31 * 30 / (1024 * 1024);  // about a layer per bucket
+  train::Trainer t(c, world());
+  t.step();
+  const auto& s = t.strategy().last_sync();
+  ASSERT_GE(t.zero().buckets().size(), 3u);
+  ASSERT_FALSE(s.ready_at_launch.empty());
+  EXPECT_LT(s.ready_at_launch.front(), t.parameters().parameters().size());
+  EXPECT_EQ(s.buckets_launched_during_backward, t.zero().buckets().size());
+}
+
+TEST(Zero, AModelTooLargeForDDPUnderTheBudgetTrainsWithStageThree) {
+  if (world().size() == 1) GTEST_SKIP() << "sharding over one rank saves nothing";
+  auto c = small_config();
+  c.layers = 4;
+  c.dim = 256;
+  c.synthetic_samples = 48;
+  c.teacher_layers = 1;
+  c.steps = 2;
+  const int n = world().size();
+  auto stage3 = c;
+  stage3.zero_stage = 3;
+  const double ddp_need = c.estimate_memory(n).total(), zero_need = stage3.estimate_memory(n).total();
+  ASSERT_LT(zero_need, ddp_need);
+  c.max_rank_bytes = stage3.max_rank_bytes = (ddp_need + zero_need) / 2;
+  EXPECT_THROW_WITH(train::Trainer(c, world()), ConfigError, "with DDP");
+  try {
+    train::Trainer refused(c, world());
+  } catch (const ConfigError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("--zero.max_rank_bytes"), std::string::npos) << what;
+    EXPECT_NE(what.find("--parallel.zero"), std::string::npos) << "the message must name a stage that fits: " << what;
+  }
+  train::Trainer t(stage3, world());
+  t.run();
+  EXPECT_EQ(t.steps_done(), 2);
+}
+
+TEST(Zero, BadSettingsAreConfigErrorsBeforeAnythingRuns) {
+  auto c = small_config();
+  c.zero_stage = 4;
+  EXPECT_THROW_WITH(train::Trainer(c, world()), ConfigError, "--parallel.zero 4 is not a ZeRO stage");
+  c.zero_stage = 3;
+  c.zero.prefetch = -1;
+  EXPECT_THROW_WITH(train::Trainer(c, world()), ConfigError, "--zero.prefetch");
+  c.zero.prefetch = 1;
+  c.zero.bucket_mb = 0;
+  EXPECT_THROW_WITH(train::Trainer(c, world()), ConfigError, "--zero.bucket_mb");
+}
+}  // namespace
