@@ -1,12 +1,12 @@
 """Tessera beside PyTorch eager on one GPU: the same MLP (L Linear(d, d) layers with exact
 GELU between them), MSE against a teacher of the same shape, AdamW with PyTorch's defaults
 (PyTorch's fused kernel), fp32 with TF32 off on both sides, one step = forward, backward,
-optimizer. Tessera's figures come from tessera-bench-ddp (its step, the step's breakdown
+optimizer. Tessera's figures come from tessera-bench-train (its step, the step's breakdown
 and its GEMMs alone, timed in the same process); PyTorch's are timed here. The two
 alternate for --rounds rounds in one run and each keeps its best median. Writes JSON.
 
 Usage (a CUDA build of Tessera, on a machine with a GPU and PyTorch):
-  python3 perf/compare_pytorch_gpu.py --bench build-cuda/perf/tessera-bench-ddp \\
+  python3 perf/compare_pytorch_gpu.py --bench build-cuda/perf/tessera-bench-train \\
       --layers 8 --dim 4096 --batch 1024 --json perf/results/gpu_vs_pytorch.json
 Goals (issue 7): Tessera step <= 1.0 x PyTorch's; Tessera step <= 1.1 x its GEMMs alone.
 """
@@ -67,8 +67,8 @@ def pytorch_step_time(args):
 def tessera_run(args):
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
         path = f.name
-    cmd = [args.bench, "--layers", str(args.layers), "--dim", str(args.dim), "--batch", str(args.batch),
-           "--steps", str(args.steps), "--warmup", str(args.warmup), "--json", path]
+    cmd = [args.bench, "--model.layers", str(args.layers), "--model.dim", str(args.dim), "--train.batch",
+           str(args.batch), "--bench.steps", str(args.steps), "--bench.warmup", str(args.warmup), "--json", path]
     subprocess.run(cmd, check=True, stdout=sys.stderr if args.quiet else None)
     with open(path) as f:
         out = json.load(f)
@@ -78,7 +78,7 @@ def tessera_run(args):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--bench", default="build-cuda/perf/tessera-bench-ddp", help="tessera-bench-ddp of a CUDA build")
+    p.add_argument("--bench", default="build-cuda/perf/tessera-bench-train", help="tessera-bench-train of a CUDA build")
     p.add_argument("--layers", type=int, default=8)
     p.add_argument("--dim", type=int, default=4096)
     p.add_argument("--batch", type=int, default=1024)

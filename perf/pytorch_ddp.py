@@ -1,4 +1,4 @@
-"""PyTorch DDP over Gloo on the model and task of tessera-bench-ddp: an MLP of L Linear(d, d)
+"""PyTorch DDP over Gloo on the model and task of tessera-bench-train: an MLP of L Linear(d, d)
 layers with GELU between them, MSE against a fixed random teacher of the same shape, AdamW
 with PyTorch's defaults, a global batch cut across the ranks. Prints and writes steps/s.
 

@@ -47,7 +47,7 @@ step "tessera-collectives, nccl" "$demo" --backend nccl
 step "tessera-collectives, 2 ranks mpi" "${mpirun[@]}" -n 2 "$demo" --backend mpi
 
 if "$py" -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
-  step "Tessera beside PyTorch" "$py" "$root/perf/compare_pytorch_gpu.py" --bench "$build/perf/tessera-bench-ddp" \
+  step "Tessera beside PyTorch" "$py" "$root/perf/compare_pytorch_gpu.py" --bench "$build/perf/tessera-bench-train" \
     --json "$out/gpu_vs_pytorch.json"
 else
   echo; echo "=== PyTorch with CUDA is not importable here: perf/compare_pytorch_gpu.py skipped"

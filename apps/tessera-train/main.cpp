@@ -17,6 +17,7 @@
 #include <string>
 
 #include "../common/app_main.hpp"
+#include "../common/train_flags.hpp"
 
 namespace {
 std::string duration_text(double s) {
@@ -33,46 +34,15 @@ int main(int argc, char** argv) {
       "and from a TOML file (--config); flags override the file.",
       "mpiexec -n N tessera-train"};
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  tessera::train::TrainConfig c;
-  std::string backend = "auto", grad_dtype = "fp32", metrics_path, save_path, config_path;
-  float lr = 0;
+  tessera::apps::TrainFlags flags;
+  auto& c = flags.config;
+  std::string metrics_path, save_path, config_path;
   bool quiet = false;
   app.add_option("--config", config_path, "TOML file: [model] layers = 8, [train] steps = 100, ...");
-  using tessera::apps::whole;
-  constexpr long long kMany = 1ll << 30;
-  app.add_option("--model.layers", c.layers, "number of Linear layers")->capture_default_str()->check(whole(1, kMany));
-  app.add_option("--model.dim", c.dim, "width of every layer")->capture_default_str()->check(whole(1, kMany));
-  app.add_option("--train.steps", c.steps, "optimizer steps")->capture_default_str()->check(whole(0, 1ll << 50));
-  app.add_option("--train.batch", c.global_batch, "global batch: samples per step over all ranks")
+  app.add_option("--train.steps", c.steps, "optimizer steps")
       ->capture_default_str()
-      ->check(whole(1, kMany));
-  app.add_option("--train.accum", c.accum, "gradient accumulation micro-steps per step")
-      ->capture_default_str()
-      ->check(whole(1, kMany));
-  app.add_option("--train.seed", c.seed, "seed of initial values and data order")
-      ->capture_default_str()
-      ->check(whole(0, std::numeric_limits<long long>::max()));
-  app.add_option("--optim.name", c.optimizer, "adamw or sgd")->capture_default_str();
-  app.add_option("--optim.lr", lr, "learning rate (default: adamw 1e-3, sgd 0.01)")
-      ->check(tessera::apps::positive(1e3));
-  app.add_option("--optim.momentum", c.momentum, "sgd momentum")
-      ->capture_default_str()
-      ->check(tessera::apps::non_negative());
-  app.add_option("--train.overlap_optimizer", c.overlap_optimizer,
-                 "update each gradient bucket as soon as it is reduced (true) or all at the end (false)")
-      ->capture_default_str();
-  app.add_option("--data.source", c.data, "synthetic, or an HDF5 file (see docs/training.md)")->capture_default_str();
-  app.add_option("--data.samples", c.synthetic_samples, "samples in the synthetic task")
-      ->capture_default_str()
-      ->check(whole(1, kMany));
-  app.add_option("--data.teacher_layers", c.teacher_layers, "depth of the synthetic task's teacher (0: as the model)")
-      ->capture_default_str()
-      ->check(whole(0, kMany));
-  app.add_option("--comm.backend", backend, "auto, mpi, gloo or nccl")->capture_default_str();
-  app.add_option("--comm.bucket_mb", c.ddp.bucket_mb, "gradient bucket size in MiB")
-      ->capture_default_str()
-      ->check(tessera::apps::positive(1 << 20));
-  app.add_option("--comm.grad_dtype", grad_dtype, "gradients on the wire: fp32 or bf16")->capture_default_str();
+      ->check(tessera::apps::whole(0, 1ll << 50));
+  flags.add_to(app);
   app.add_option("--metrics", metrics_path, "write one JSON object per step to this file");
   app.add_option("--save", save_path, "write the final parameters to this HDF5 file");
   std::string progress = "auto";
@@ -85,9 +55,7 @@ int main(int argc, char** argv) {
 
   return tessera::apps::run_app(argc, argv, app, [&](tessera::Session& session) {
     using namespace tessera;
-    if (app.count("--optim.lr")) c.lr = lr;
-    c.ddp.grad_dtype = parse_dtype(grad_dtype);
-    c.validate();
+    c = flags.finish(app);
     const bool root = session.rank() == 0;
     // Output files are checked before any work, on every rank alike; the model file is only
     // replaced at the end of a run that finished.
@@ -102,7 +70,7 @@ int main(int argc, char** argv) {
       metrics.open(metrics_path);
       if (!metrics) throw ConfigError("cannot write the --metrics file '" + metrics_path + "'");
     }
-    auto comm = comm::Communicator::create(comm::parse_backend(backend));
+    auto comm = comm::Communicator::create(comm::parse_backend(flags.backend));
     train::Trainer trainer(c, *comm);
     const HostThreads& blas = host_threads();
     const bool launched = std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") ||
@@ -111,9 +79,10 @@ int main(int argc, char** argv) {
     const bool tty = progress == "bar" || (progress == "auto" && isatty(STDOUT_FILENO) != 0 && !launched);
     if (root && !quiet)
       std::printf(
-          "tessera-train: %d ranks (%s), MLP %zu x %zu (%zu parameters), %s, %s, batch %lld x %lld steps, "
+          "tessera-train: %d ranks (%s, %s), MLP %zu x %zu (%zu parameters), %s, %s, batch %lld x %lld steps, "
           "BLAS threads %s per rank (%s)\n",
-          comm->size(), comm::backend_name(comm->backend()), c.layers, c.dim, trainer.parameters().numel(),
+          comm->size(), comm::backend_name(comm->backend()), trainer.strategy().name(), c.layers, c.dim,
+          trainer.parameters().numel(),
           trainer.dataset().describe().c_str(), c.optimizer.c_str(), static_cast<long long>(c.global_batch),
           static_cast<long long>(c.steps), blas.threads > 0 ? std::to_string(blas.threads).c_str() : "?",
           blas.reason.c_str());
@@ -136,7 +105,9 @@ int main(int argc, char** argv) {
                                   {"optimizer_s", m.optimizer_s},
                                   {"data_s",
                                    m.step_time_s - m.forward_s - m.backward_s - m.comm_exposed_s - m.optimizer_s},
-                                  {"model_state_bytes", m.model_state_bytes}}
+                                  {"model_state_bytes", m.model_state_bytes},
+                                  {"working_bytes", m.working_bytes},
+                                  {"comm_bytes", m.comm_bytes}}
                        .dump()
                 << "\n";
       }

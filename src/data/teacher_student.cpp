@@ -37,14 +37,24 @@ class TeacherStudent final : public Dataset {
     inputs_ = View2D<float>("tessera::ts::inputs", static_cast<std::size_t>(samples), dim);
     targets_ = View2D<float>("tessera::ts::targets", static_cast<std::size_t>(samples), dim);
     fill_normal(inputs_, stream_key(seed, "data.inputs"));
-    nn::ParameterStore store;
-    nn::MLP teacher(store, teacher_layers, dim, "teacher");
-    store.initialize(seed ^ 0x7EAC4E55ull);  // a stream the student's parameters never use
+    // The teacher runs a layer at a time over the whole set, each layer built, applied and
+    // dropped in turn, so that making the data never holds more than one layer: the memory a
+    // run shows is training's. Its values depend only on (seed, name, index), as ever.
+    Kokkos::deep_copy(targets_, inputs_);
     const std::size_t chunk = 256;
-    for (std::size_t begin = 0; begin < static_cast<std::size_t>(samples); begin += chunk) {
-      const auto rows = std::make_pair(begin, std::min(begin + chunk, static_cast<std::size_t>(samples)));
-      auto y = teacher.forward(Kokkos::subview(inputs_, rows, Kokkos::ALL()));
-      Kokkos::deep_copy(Kokkos::subview(targets_, rows, Kokkos::ALL()), y);
+    for (std::size_t l = 0; l < teacher_layers; ++l) {
+      nn::ParameterStore store;
+      nn::Linear layer(store, "teacher." + std::to_string(l), dim, dim);
+      layer.set_input_grad(false);
+      nn::GELU gelu;
+      store.initialize(seed ^ 0x7EAC4E55ull);  // a stream the student's parameters never use
+      for (std::size_t begin = 0; begin < static_cast<std::size_t>(samples); begin += chunk) {
+        const auto rows = std::make_pair(begin, std::min(begin + chunk, static_cast<std::size_t>(samples)));
+        const auto h = Kokkos::subview(targets_, rows, Kokkos::ALL());
+        auto y = layer.forward(h);
+        if (l + 1 < teacher_layers) y = gelu.forward(y);
+        Kokkos::deep_copy(h, y);
+      }
     }
   }
   std::int64_t size() const noexcept override { return samples_; }

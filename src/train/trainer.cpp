@@ -75,9 +75,8 @@ TrainConfig::MemoryEstimate TrainConfig::estimate_memory(int ranks) const {
   const double rows = static_cast<double>(global_batch) / n / static_cast<double>(accum);
   e.activations = rows * d * f * (2 * L + 3 * (L - 1) + 3);
   if (data == "synthetic") {
-    const double teacher = static_cast<double>(teacher_layers ? teacher_layers : layers);
-    e.data = static_cast<double>(synthetic_samples) * d * f * 2 + teacher * (d * d + d) * f * 2 +
-             256 * d * f * 5 * teacher;  // its samples, its parameters, its forward over 256 rows
+    // Its samples, and one layer of its teacher at a time with that layer's forward over 256 rows.
+    e.data = static_cast<double>(synthetic_samples) * d * f * 2 + (d * d + d) * f * 2 + 256 * d * f * 4;
   }
   return e;
 }

@@ -1,14 +1,16 @@
-// tessera-bench-ddp: where the time of a data-parallel training step goes (forward,
-// backward, exposed communication, optimizer), and how the step compares with its GEMMs
-// alone and with the floor of GEMMs + optimizer + all-reduces each run alone, all timed in
-// the same run on every rank at once.
+// tessera-bench-train: where the time of a training step goes (forward, backward, exposed
+// communication, optimizer) for any strategy tessera-train runs (the same --model.*,
+// --train.*, --parallel.*, --zero.* and --comm.* flags), what each rank keeps in memory and
+// sends, and how the step compares with its GEMMs alone and (DDP) with the floor of GEMMs +
+// optimizer + all-reduces each run alone, all timed in the same run on every rank at once.
 //
-//   mpiexec -n 2 tessera-bench-ddp [--layers 8] [--dim 1024] [--batch 128] [--steps 30] --json FILE
+//   mpiexec -n 2 tessera-bench-train [--parallel.zero 0] [--model.dim 1024] [--bench.steps 30] --json FILE
 
 #include <tessera/tessera.hpp>
 #include <tessera/train/trainer.hpp>
 
 #include <mpi.h>
+#include <sys/resource.h>
 #include <unistd.h>
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -21,6 +23,7 @@
 #include <vector>
 
 #include "../apps/common/app_main.hpp"
+#include "../apps/common/train_flags.hpp"
 #include "kernels/gemm.hpp"
 
 namespace {
@@ -31,25 +34,20 @@ double median(std::vector<double> v) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"Per-step breakdown of data-parallel training, and the step against its GEMMs alone.",
-               "mpiexec -n N tessera-bench-ddp"};
-  tessera::train::TrainConfig c;
+  CLI::App app{
+      "Per-step breakdown of training with any strategy (DDP, ZeRO 1-3): time, memory and traffic, and the step "
+      "against its GEMMs alone. Takes tessera-train's flags.",
+      "mpiexec -n N tessera-bench-train"};
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  tessera::apps::TrainFlags flags;
+  auto& c = flags.config;
   int steps = 30, warmup = 5, rounds = 3;
-  std::string json_path, backend = "auto", grad_dtype = "fp32";
-  app.add_option("--layers", c.layers, "MLP layers")->capture_default_str();
-  app.add_option("--dim", c.dim, "MLP width")->capture_default_str();
-  app.add_option("--batch", c.global_batch, "global batch")->capture_default_str();
-  app.add_option("--optim", c.optimizer, "adamw or sgd")->capture_default_str();
-  app.add_option("--bucket-mb", c.ddp.bucket_mb, "DDP bucket size (MiB)")->capture_default_str();
-  app.add_option("--grad-dtype", grad_dtype, "fp32 or bf16")->capture_default_str();
-  app.add_option("--backend", backend, "auto, mpi, gloo or nccl (auto as tessera-train picks it)")
-      ->capture_default_str();
-  app.add_option("--overlap-optimizer", c.overlap_optimizer,
-                 "update each bucket as soon as it is reduced (true) or after all communication (false)")
-      ->capture_default_str();
-  app.add_option("--steps", steps, "timed steps")->capture_default_str()->check(CLI::Range(1, 100000));
-  app.add_option("--warmup", warmup, "untimed steps first")->capture_default_str()->check(CLI::Range(0, 100000));
-  app.add_option("--rounds", rounds,
+  std::string json_path, config_path;
+  app.add_option("--config", config_path, "TOML file of tessera-train's settings");
+  flags.add_to(app);
+  app.add_option("--bench.steps", steps, "timed steps")->capture_default_str()->check(CLI::Range(1, 100000));
+  app.add_option("--bench.warmup", warmup, "untimed steps first")->capture_default_str()->check(CLI::Range(0, 100000));
+  app.add_option("--bench.rounds", rounds,
                  "rounds that each time a share of the steps, then the GEMMs, optimizer and all-reduces alone")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000));
@@ -57,14 +55,39 @@ int main(int argc, char** argv) {
 
   return tessera::apps::run_app(argc, argv, app, [&](tessera::Session& session) {
     using namespace tessera;
-    c.ddp.grad_dtype = parse_dtype(grad_dtype);
     c.steps = warmup + steps;
     if (rounds > steps)
-      throw ConfigError("--rounds " + std::to_string(rounds) + " is more than --steps " + std::to_string(steps));
-    c.synthetic_samples = std::max<std::int64_t>(c.global_batch * 8, 1024);
-    c.validate();
-    auto comm = comm::Communicator::create(comm::parse_backend(backend));
+      throw ConfigError("--bench.rounds " + std::to_string(rounds) + " is more than --bench.steps " +
+                        std::to_string(steps));
+    if (!app.count("--data.samples")) c.synthetic_samples = std::max<std::int64_t>(c.global_batch * 8, 1024);
+    c = flags.finish(app);
+    auto comm = comm::Communicator::create(comm::parse_backend(flags.backend));
     train::Trainer trainer(c, *comm);
+    const bool ddp = c.zero_stage == 0;
+
+    using Clock = std::chrono::steady_clock;
+    auto seconds = [](Clock::time_point a, Clock::time_point b) {
+      return std::chrono::duration<double>(b - a).count();
+    };
+    std::vector<double> step, fwd, bwd, exposed, opt, other, gemm, gemm_fwd, opt_alone, comm_alone;
+    train::StepMetrics last;
+    auto train_step = [&](bool keep) {
+      const auto m = trainer.step();
+      last = m;
+      if (!keep) return;
+      step.push_back(m.step_time_s);
+      fwd.push_back(m.forward_s);
+      bwd.push_back(m.backward_s);
+      exposed.push_back(m.comm_exposed_s);
+      opt.push_back(m.optimizer_s);
+      other.push_back(m.step_time_s - m.forward_s - m.backward_s - m.comm_exposed_s - m.optimizer_s);
+    };
+    // The process's peak resident memory is read after the untimed steps, before this
+    // program allocates anything of its own: it is training's.
+    for (int s = 0; s < std::max(warmup, 1); ++s) train_step(false);
+    rusage usage{};
+    getrusage(RUSAGE_SELF, &usage);
+    const double peak_rss = static_cast<double>(usage.ru_maxrss) * 1024;  // KiB on Linux
 
     // The same GEMMs the step runs (forward y = x W^T; backward dW = dy^T x for every layer
     // and dx = dy W for every layer but the first, whose input is data), on operands of the
@@ -84,8 +107,9 @@ int main(int argc, char** argv) {
     View2D<float> dy("dy", b, c.dim), dx("dx", b, c.dim);
     Kokkos::deep_copy(dy, 0.01f);
     // The two other things a step cannot skip, each alone on every rank at once: the
-    // optimizer's update of every parameter, and the gradient buckets' all-reduces.
-    const std::size_t numel = trainer.parameters().numel();
+    // optimizer's update of the parameters this rank updates, and (DDP) the gradient
+    // buckets' all-reduces.
+    const std::size_t numel = trainer.strategy().update_values().size();
     View1D<float> values("values", numel), grads("grads", numel);
     Kokkos::deep_copy(values, 0.5f);
     Kokkos::deep_copy(grads, 0.01f);
@@ -95,21 +119,6 @@ int main(int argc, char** argv) {
     else
       optimizer = std::make_unique<optim::AdamW>(values, grads, optim::AdamWOptions{});
 
-    using Clock = std::chrono::steady_clock;
-    auto seconds = [](Clock::time_point a, Clock::time_point b) {
-      return std::chrono::duration<double>(b - a).count();
-    };
-    std::vector<double> step, fwd, bwd, exposed, opt, other, gemm, gemm_fwd, opt_alone, comm_alone;
-    auto train_step = [&](bool keep) {
-      const auto m = trainer.step();
-      if (!keep) return;
-      step.push_back(m.step_time_s);
-      fwd.push_back(m.forward_s);
-      bwd.push_back(m.backward_s);
-      exposed.push_back(m.comm_exposed_s);
-      opt.push_back(m.optimizer_s);
-      other.push_back(m.step_time_s - m.forward_s - m.backward_s - m.comm_exposed_s - m.optimizer_s);
-    };
     auto gemms = [&](bool keep) {
       MPI_Barrier(MPI_COMM_WORLD);
       const auto t0 = Clock::now();
@@ -134,6 +143,7 @@ int main(int argc, char** argv) {
       if (keep) opt_alone.push_back(seconds(t0, Clock::now()));
     };
     auto all_reduces_alone = [&](bool keep) {
+      if (!ddp) return;  // ZeRO's traffic has no one-op floor; its time is in the step's breakdown
       MPI_Barrier(MPI_COMM_WORLD);
       const auto t0 = Clock::now();
       // A sum, as in the step: the trainer divides the loss gradient by the ranks instead.
@@ -144,7 +154,6 @@ int main(int argc, char** argv) {
     // Each part is timed in every round, one after the other, so that a change in what else
     // the machine runs touches the step and its floor alike.
     for (int s = 0; s < warmup; ++s) {
-      train_step(false);
       gemms(false);
       optimizer_alone(false);
       all_reduces_alone(false);
@@ -163,14 +172,18 @@ int main(int argc, char** argv) {
 
     // Report the slowest rank's medians.
     double med[10] = {median(step),  median(fwd),  median(bwd),      median(exposed),   median(opt),
-                      median(other), median(gemm), median(gemm_fwd), median(opt_alone), median(comm_alone)};
+                      median(other), median(gemm), median(gemm_fwd), median(opt_alone), ddp ? median(comm_alone) : 0};
     MPI_Allreduce(MPI_IN_PLACE, med, 10, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    // Memory and traffic of the rank that holds and sends the most.
+    double bytes[4] = {static_cast<double>(last.model_state_bytes), static_cast<double>(last.working_bytes), peak_rss,
+                       last.comm_bytes};
+    MPI_Allreduce(MPI_IN_PLACE, bytes, 4, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     const double compute_step = med[0] - med[5];  // the step without zeroing, loading and the loss average
     // No schedule on these cores can beat doing the three unavoidable parts back to back.
     const double floor = med[6] + med[8] + med[9];
     if (session.rank() == 0) {
-      std::printf("# tessera-bench-ddp: %d ranks (%s), MLP %zu x %zu, global batch %lld, %s%s, grads %s, %d steps\n",
-                  comm->size(), comm::backend_name(comm->backend()), c.layers, c.dim,
+      std::printf("# tessera-bench-train: %d ranks (%s, %s), MLP %zu x %zu, global batch %lld, %s%s, grads %s, %d steps\n",
+                  comm->size(), comm::backend_name(comm->backend()), trainer.strategy().name(), c.layers, c.dim,
                   static_cast<long long>(c.global_batch), c.optimizer.c_str(),
                   c.overlap_optimizer ? " overlapped with communication" : " after communication",
                   dtype_name(c.ddp.grad_dtype), steps);
@@ -185,9 +198,17 @@ int main(int argc, char** argv) {
                   med[5] * 1e3);
       std::printf("  GEMMs alone        %9.2f ms; step / GEMMs = %.3f (without 'other': %.3f)\n", med[6] * 1e3,
                   med[0] / med[6], compute_step / med[6]);
-      std::printf("  optimizer alone    %9.2f ms; bucket all-reduces alone %.2f ms\n", med[8] * 1e3, med[9] * 1e3);
-      std::printf("  floor: GEMMs + optimizer + all-reduces back to back = %.2f ms = %.3f x GEMMs\n", floor * 1e3,
-                  floor / med[6]);
+      if (ddp) {
+        std::printf("  optimizer alone    %9.2f ms; bucket all-reduces alone %.2f ms\n", med[8] * 1e3, med[9] * 1e3);
+        std::printf("  floor: GEMMs + optimizer + all-reduces back to back = %.2f ms = %.3f x GEMMs\n", floor * 1e3,
+                    floor / med[6]);
+      } else {
+        std::printf("  optimizer alone    %9.2f ms (over this rank's shard)\n", med[8] * 1e3);
+      }
+      const auto mib = [](double b) { return b / (1024.0 * 1024.0); };
+      std::printf("  per rank (most):   model state %.1f MiB, working buffers %.1f MiB, peak resident %.1f MiB, "
+                  "sent %.1f MiB per step\n",
+                  mib(bytes[0]), mib(bytes[1]), mib(bytes[2]), mib(bytes[3]));
       if (!json_path.empty()) {
         char host[256] = {};
         gethostname(host, sizeof host - 1);
@@ -201,7 +222,10 @@ int main(int argc, char** argv) {
               {"backend", comm::backend_name(comm->backend())},
               {"memory", memory_kind_of_space<DeviceMemorySpace>() == MemoryKind::Device ? "device" : "host"},
               {"grad_dtype", dtype_name(c.ddp.grad_dtype)},
-              {"bucket_mb", c.ddp.bucket_mb},
+              {"strategy", trainer.strategy().name()},
+              {"zero_stage", c.zero_stage},
+              {"zero_prefetch", c.zero.prefetch},
+              {"bucket_mb", ddp ? c.ddp.bucket_mb : c.zero.bucket_mb},
               {"overlap_optimizer", c.overlap_optimizer},
               {"steps", steps},
               {"rounds", rounds}}},
@@ -215,12 +239,14 @@ int main(int argc, char** argv) {
               {"gemm_only", med[6]},
               {"gemm_forward_only", med[7]},
               {"optimizer_only", med[8]},
-              {"all_reduce_only", med[9]}}},
+              {"all_reduce_only", ddp ? nlohmann::json(med[9]) : nlohmann::json(nullptr)}}},
+            {"bytes_per_rank_max",
+             {{"model_state", bytes[0]}, {"working", bytes[1]}, {"peak_resident", bytes[2]}, {"comm_per_step", bytes[3]}}},
             {"steps_per_s", 1 / med[0]},
             {"exposed_fraction", med[3] / med[0]},
             {"step_over_gemm", med[0] / med[6]},
             {"compute_step_over_gemm", compute_step / med[6]},
-            {"floor_over_gemm", floor / med[6]}};
+            {"floor_over_gemm", ddp ? nlohmann::json(floor / med[6]) : nlohmann::json(nullptr)}};
         std::ofstream(json_path) << out.dump(2) << "\n";
         std::printf("# results written to %s\n", json_path.c_str());
       }

@@ -1,0 +1,28 @@
+"""check_train_json.py FILE [STRATEGY]: a tessera-bench-train JSON file has the documented
+fields, its ratios follow from its medians, and (given) it ran STRATEGY (ddp, zero-1, ...)."""
+import json
+import sys
+
+d = json.load(open(sys.argv[1]))
+m = d["median_s"]
+ddp = d["config"]["strategy"] == "ddp"
+if len(sys.argv) > 2:
+    assert d["config"]["strategy"] == sys.argv[2], (d["config"]["strategy"], sys.argv[2])
+for key in ("step", "forward", "backward", "comm_exposed", "optimizer", "other", "gemm_only", "gemm_forward_only",
+            "optimizer_only"):
+    assert m[key] >= 0, (key, m)
+assert m["step"] > 0 and m["gemm_only"] > 0, m
+assert abs(d["steps_per_s"] - 1 / m["step"]) < 1e-9 * d["steps_per_s"], d
+assert abs(d["exposed_fraction"] - m["comm_exposed"] / m["step"]) < 1e-9, d
+assert abs(d["step_over_gemm"] - m["step"] / m["gemm_only"]) < 1e-9 * d["step_over_gemm"], d
+if ddp:
+    floor = m["gemm_only"] + m["optimizer_only"] + m["all_reduce_only"]
+    assert abs(d["floor_over_gemm"] - floor / m["gemm_only"]) < 1e-9 * d["floor_over_gemm"], d
+else:
+    assert m["all_reduce_only"] is None and d["floor_over_gemm"] is None, d
+assert m["gemm_forward_only"] < m["gemm_only"], m
+b = d["bytes_per_rank_max"]
+assert b["model_state"] > 0 and b["peak_resident"] > b["model_state"], b
+assert b["comm_per_step"] > 0 if d["machine"]["ranks"] > 1 else b["comm_per_step"] == 0, b
+print(f"ok: {d['config']['strategy']} step {m['step'] * 1e3:.2f} ms, step/GEMMs {d['step_over_gemm']:.2f}, "
+      f"model state {b['model_state'] / 2**20:.2f} MiB")
