@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -83,5 +85,24 @@ constexpr bool device_build() { return memory_kind_of_space<DeviceMemorySpace>()
       EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << "message was: " << e.what(); \
     }                                                                                                  \
   } while (0)
+
+/// This rank alone, as a communicator of one (the single-process reference of parity tests).
+inline comm::Communicator& self() {
+  static std::unique_ptr<comm::Communicator> s = world().split(world().rank(), 0, "self");
+  return *s;
+}
+
+/// Parameters of a parallel run against the reference's: max |a - b| <= rel * max |a|.
+inline void expect_same_parameters(const std::vector<float>& ref, const std::vector<float>& got, double rel,
+                                   const std::string& what = "") {
+  ASSERT_EQ(ref.size(), got.size()) << what;
+  double max_ref = 0, max_diff = 0;
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    max_ref = std::max(max_ref, std::fabs(static_cast<double>(ref[i])));
+    max_diff = std::max(max_diff, std::fabs(static_cast<double>(ref[i]) - got[i]));
+  }
+  EXPECT_LE(max_diff, rel * max_ref) << what << (what.empty() ? "" : ": ") << "max |a - b| = " << max_diff
+                                     << ", max |a| = " << max_ref;
+}
 
 }  // namespace tessera::test

@@ -13,6 +13,8 @@
 
 namespace {
 using namespace tessera;
+using test::expect_same_parameters;
+using test::self;
 using test::world;
 
 train::TrainConfig small_config() {
@@ -27,27 +29,11 @@ train::TrainConfig small_config() {
   return c;
 }
 
-/// This rank alone: the single-process reference.
-comm::Communicator& self() {
-  static std::unique_ptr<comm::Communicator> s = world().split(world().rank(), 0, "self");
-  return *s;
-}
-
 std::vector<float> values(train::Trainer& t) {
   auto v = t.parameters().values();
   auto h = Kokkos::create_mirror_view(v);
   Kokkos::deep_copy(h, v);
   return std::vector<float>(h.data(), h.data() + h.size());
-}
-
-void expect_same_parameters(const std::vector<float>& ref, const std::vector<float>& got, double rel) {
-  ASSERT_EQ(ref.size(), got.size());
-  double max_ref = 0, max_diff = 0;
-  for (std::size_t i = 0; i < ref.size(); ++i) {
-    max_ref = std::max(max_ref, std::fabs(static_cast<double>(ref[i])));
-    max_diff = std::max(max_diff, std::fabs(static_cast<double>(ref[i]) - got[i]));
-  }
-  EXPECT_LE(max_diff, rel * max_ref) << "max |a - b| = " << max_diff << ", max |a| = " << max_ref;
 }
 
 TEST(DDP, SGDMatchesTheSingleProcessRunOnTheSameGlobalBatch) {
