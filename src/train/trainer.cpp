@@ -226,7 +226,9 @@ StepMetrics Trainer::step() {
     Kokkos::DefaultExecutionSpace().fence();
     m.forward_s += since(t);
     const bool last = k + 1 == config_.accum;
-    strategy_->set_sync(last);  // accumulate locally; communicate on the last micro-step only
+    // DDP and ZeRO stage 1 add micro-steps up locally and communicate on the last only;
+    // stages 2 and 3 keep no whole gradient and reduce every micro-step.
+    strategy_->set_sync(last);
     if (last && config_.overlap_optimizer) {
       // Each bucket is updated as soon as its gradients are final: with several ranks when
       // its reduction completes, while later buckets travel; on one rank during backward,
