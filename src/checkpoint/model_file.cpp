@@ -12,6 +12,11 @@
 namespace tessera::checkpoint {
 
 void save_model(const std::string& path, const nn::ParameterStore& store, comm::Communicator& comm) {
+  for (const auto& p : store.parameters())
+    if (p.shard.parts > 1)
+      throw CheckpointError("'" + p.name + "' is cut into " + std::to_string(p.shard.parts) +
+                            " tensor-parallel blocks, and model files hold whole tensors; writing blocks comes with "
+                            "the parallel checkpoints");
   int failed = 0;
   std::string error;
   // The whole model on rank 0: gathered from the ranks' shards where values are sharded.

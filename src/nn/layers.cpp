@@ -1,3 +1,4 @@
+#include <tessera/comm/communicator.hpp>
 #include <tessera/core/error.hpp>
 #include <tessera/nn/layers.hpp>
 
@@ -44,6 +45,37 @@ Linear::Linear(ParameterStore& store, const std::string& name, std::size_t in, s
   if (bias) bias_ = &store.add(name + ".bias", {static_cast<std::int64_t>(out)}, Init::uniform(bound));
 }
 
+Linear::Linear(ParameterStore& store, const std::string& name, std::size_t in, std::size_t out, TensorSplit split,
+               comm::Communicator& tp, bool bias)
+    : in_(in), out_(out), split_(split), tp_(&tp) {
+  const int parts = tp.size(), index = tp.rank();
+  const std::size_t cut = split == TensorSplit::Column ? out : in;
+  if (split != TensorSplit::None && cut % static_cast<std::size_t>(parts) != 0)
+    throw ConfigError("tensor parallelism over " + std::to_string(parts) + " ranks cuts layer '" + name + "' into " +
+                      std::to_string(parts) + " blocks of its " + std::to_string(cut) + " " +
+                      (split == TensorSplit::Column ? "output" : "input") + " features, and " +
+                      std::to_string(cut) + " does not divide by " + std::to_string(parts) +
+                      "; choose a width divisible by " + std::to_string(parts));
+  const float bound = 1.0f / std::sqrt(static_cast<float>(in));  // the whole layer's fan-in
+  const std::vector<std::int64_t> shape = {static_cast<std::int64_t>(out), static_cast<std::int64_t>(in)};
+  switch (split) {
+    case TensorSplit::None:
+      weight_ = &store.add(name + ".weight", shape, Init::uniform(bound));
+      if (bias) bias_ = &store.add(name + ".bias", {shape[0]}, Init::uniform(bound));
+      break;
+    case TensorSplit::Column:
+      out_ = out / static_cast<std::size_t>(parts);
+      weight_ = &store.add(name + ".weight", shape, Init::uniform(bound), ShardSpec::block(0, index, parts));
+      if (bias) bias_ = &store.add(name + ".bias", {shape[0]}, Init::uniform(bound), ShardSpec::block(0, index, parts));
+      break;
+    case TensorSplit::Row:
+      in_ = in / static_cast<std::size_t>(parts);
+      weight_ = &store.add(name + ".weight", shape, Init::uniform(bound), ShardSpec::block(1, index, parts));
+      if (bias) bias_ = &store.add(name + ".bias", {shape[0]}, Init::uniform(bound));
+      break;
+  }
+}
+
 View2D<float> Linear::forward(const View2D<const float>& x) {
   if (x.extent(1) != in_)
     throw ConfigError("Linear '" + weight_->name + "': input has " + std::to_string(x.extent(1)) +
@@ -54,6 +86,8 @@ View2D<float> Linear::forward(const View2D<const float>& x) {
   acquire(*weight_, Pass::Forward);
   if (bias_ != nullptr) acquire(*bias_, Pass::Forward);
   kernels::gemm(Trans::No, Trans::Yes, 1.0f, x, weight_->value2d(), 0.0f, y_);
+  // Row split: each rank multiplied its block of the input features; the output is their sum.
+  if (split_ == TensorSplit::Row) tp_->all_reduce(y_, comm::ReduceOp::Sum);
   if (bias_ != nullptr) add_bias(y_, bias_->value);
   released(*weight_, Pass::Forward);
   if (bias_ != nullptr) released(*bias_, Pass::Forward);
@@ -89,6 +123,8 @@ View2D<float> Linear::backward(const View2D<const float>& dy) {
   ensure_shape(dx_, batch, in_, "tessera::linear::dx");
   kernels::gemm(Trans::No, Trans::No, 1.0f, dy, weight_->value2d(), 0.0f, dx_);
   release();  // W is read by nothing after the GEMM just queued
+  // Column split: the whole input fed every rank's block of outputs; its gradient is the sum.
+  if (split_ == TensorSplit::Column) tp_->all_reduce(dx_, comm::ReduceOp::Sum);
   return dx_;
 }
 
@@ -129,10 +165,21 @@ View2D<float> GELU::backward(const View2D<const float>& dy) {
   return dx_;
 }
 
-MLP::MLP(ParameterStore& store, std::size_t layers, std::size_t dim, const std::string& prefix) {
+MLP::MLP(ParameterStore& store, std::size_t layers, std::size_t dim, const std::string& prefix,
+         comm::Communicator* tp) {
   if (layers == 0 || dim == 0) throw ConfigError("MLP needs at least one layer and a dimension >= 1");
+  const bool split = tp != nullptr && tp->size() > 1;
   for (std::size_t i = 0; i < layers; ++i) {
-    linears_.push_back(std::make_unique<Linear>(store, prefix + "." + std::to_string(i), dim, dim));
+    const std::string name = prefix + "." + std::to_string(i);
+    // Column then row; an odd last layer stays whole.
+    const TensorSplit how = !split ? TensorSplit::None
+                            : i % 2 == 1 ? TensorSplit::Row
+                            : i + 1 < layers ? TensorSplit::Column
+                                             : TensorSplit::None;
+    if (split)
+      linears_.push_back(std::make_unique<Linear>(store, name, dim, dim, how, *tp));
+    else
+      linears_.push_back(std::make_unique<Linear>(store, name, dim, dim));
     if (i + 1 < layers) gelus_.push_back(std::make_unique<GELU>());
   }
 }

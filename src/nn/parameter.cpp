@@ -7,14 +7,22 @@
 
 namespace tessera::nn {
 
+std::vector<std::int64_t> Parameter::held_shape() const {
+  std::vector<std::int64_t> held = shape;
+  if (shard.parts > 1) held[static_cast<std::size_t>(shard.axis)] /= shard.parts;
+  return held;
+}
+
 View2D<float> Parameter::value2d() const {
   if (shape.size() != 2) throw Error("parameter '" + name + "' is not a matrix");
-  return View2D<float>(value.data(), static_cast<std::size_t>(shape[0]), static_cast<std::size_t>(shape[1]));
+  const auto held = held_shape();
+  return View2D<float>(value.data(), static_cast<std::size_t>(held[0]), static_cast<std::size_t>(held[1]));
 }
 
 View2D<float> Parameter::grad2d() const {
   if (shape.size() != 2) throw Error("parameter '" + name + "' is not a matrix");
-  return View2D<float>(grad.data(), static_cast<std::size_t>(shape[0]), static_cast<std::size_t>(shape[1]));
+  const auto held = held_shape();
+  return View2D<float>(grad.data(), static_cast<std::size_t>(held[0]), static_cast<std::size_t>(held[1]));
 }
 
 Parameter& ParameterStore::add(const std::string& name, std::vector<std::int64_t> shape, Init init, ShardSpec shard) {
@@ -24,10 +32,21 @@ Parameter& ParameterStore::add(const std::string& name, std::vector<std::int64_t
   Parameter p;
   p.name = name;
   p.shape = std::move(shape);
+  if (shard.parts < 1 || shard.index < 0 || shard.index >= shard.parts)
+    throw Error("parameter '" + name + "': block " + std::to_string(shard.index) + " of " +
+                std::to_string(shard.parts) + " does not exist");
+  if (shard.parts > 1) {
+    if (shard.axis < 0 || static_cast<std::size_t>(shard.axis) >= p.shape.size())
+      throw Error("parameter '" + name + "' has no axis " + std::to_string(shard.axis) + " to cut into blocks");
+    const std::int64_t extent = p.shape[static_cast<std::size_t>(shard.axis)];
+    if (extent % shard.parts != 0)
+      throw ConfigError("parameter '" + name + "': its " + std::to_string(extent) + (shard.axis == 0 ? " rows" : " columns") +
+                        " do not split into " + std::to_string(shard.parts) + " equal blocks");
+  }
   p.shard = shard;
   p.init = init;
   p.numel = 1;
-  for (auto d : p.shape) p.numel *= static_cast<std::size_t>(d);
+  for (auto d : p.held_shape()) p.numel *= static_cast<std::size_t>(d);
   p.offset = numel_;
   numel_ += p.numel;
   params_.push_back(std::move(p));
@@ -47,7 +66,9 @@ void ParameterStore::shard(std::size_t begin, std::size_t end, Residency values,
   for (auto& p : params_) {
     const std::size_t b = std::clamp(begin, p.offset, p.offset + p.numel);
     const std::size_t e = std::clamp(end, p.offset, p.offset + p.numel);
-    p.shard = ShardSpec::flat_range(b - p.offset, e - p.offset);
+    p.shard.kind = ShardSpec::Kind::FlatRange;  // within the held block, which stays as it is
+    p.shard.begin = b - p.offset;
+    p.shard.end = e - p.offset;
   }
 }
 
@@ -90,10 +111,24 @@ void ParameterStore::initialize(std::uint64_t seed) {
     }
     const std::uint64_t key = stream_key(seed, p.name);
     const float bound = p.init.bound;
-    // Each value is a function of its flat index in the tensor alone: every layout draws the same.
+    // Each value is a function of its flat index in the global tensor alone, so every layout
+    // draws the same. Element h of a block cut along axis a (P of the axis' A entries, `inner`
+    // elements per entry) sits at (h / (P inner)) A inner + index P inner + h % (P inner).
+    std::size_t inner = 1, block = p.numel, whole = p.numel, start = 0;
+    if (p.shard.parts > 1) {
+      for (std::size_t d = static_cast<std::size_t>(p.shard.axis) + 1; d < p.shape.size(); ++d)
+        inner *= static_cast<std::size_t>(p.shape[d]);
+      const auto extent = static_cast<std::size_t>(p.shape[static_cast<std::size_t>(p.shard.axis)]);
+      block = extent / static_cast<std::size_t>(p.shard.parts) * inner;
+      whole = extent * inner;
+      start = static_cast<std::size_t>(p.shard.index) * block;
+    }
     Kokkos::parallel_for(
-        "tessera::init", Kokkos::RangePolicy<>(0, count),
-        KOKKOS_LAMBDA(std::size_t i) { v(i) = bound * (2.0f * uniform01(key, first + i) - 1.0f); });
+        "tessera::init", Kokkos::RangePolicy<>(0, count), KOKKOS_LAMBDA(std::size_t i) {
+          const std::size_t h = first + i;
+          const std::size_t global = h / block * whole + start + h % block;
+          v(i) = bound * (2.0f * uniform01(key, global) - 1.0f);
+        });
   }
   zero_grad();
 }

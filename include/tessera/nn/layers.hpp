@@ -8,20 +8,44 @@
 
 #include <tessera/nn/module.hpp>
 
+namespace tessera::comm {
+class Communicator;
+}
+
 namespace tessera::nn {
 
+/// How a Linear layer is split over a tensor-parallel group of T ranks (Megatron's pair).
+enum class TensorSplit {
+  None,    ///< every rank holds the whole layer
+  Column,  ///< W's rows (output features) and b are cut in T blocks: from the whole input,
+           ///< each rank computes its block of the output. Forward sends nothing; backward
+           ///< sums the input gradient over the group (all_reduce).
+  Row,     ///< W's columns (input features) are cut in T blocks and b is whole: each rank
+           ///< multiplies its block of the input, and forward sums the products over the
+           ///< group (all_reduce) before adding b. Backward sends nothing.
+};
+
 /// y = x W^T + b, with W of shape [out, in] and optional b of shape [out]. Initialised like
-/// PyTorch's nn.Linear: uniform in [-1/sqrt(in), 1/sqrt(in)).
+/// PyTorch's nn.Linear: uniform in [-1/sqrt(in), 1/sqrt(in)), by global index, so a split
+/// layer holds exactly the blocks of the whole one.
 class Linear final : public Module {
  public:
   Linear(ParameterStore& store, const std::string& name, std::size_t in, std::size_t out, bool bias = true);
+  /// A layer split over the tensor-parallel group `tp` (ConfigError when T does not divide
+  /// the split dimension). With a Column split the input is whole and the output is this
+  /// rank's block of features; with a Row split the input is this rank's block and the
+  /// output is whole.
+  Linear(ParameterStore& store, const std::string& name, std::size_t in, std::size_t out, TensorSplit split,
+         comm::Communicator& tp, bool bias = true);
   View2D<float> forward(const View2D<const float>& x) override;
   View2D<float> backward(const View2D<const float>& dy) override;
   Parameter& weight() { return *weight_; }
   Parameter* bias() { return bias_; }
 
  private:
-  std::size_t in_, out_;
+  std::size_t in_, out_;  // as this rank's block sees them
+  TensorSplit split_ = TensorSplit::None;
+  comm::Communicator* tp_ = nullptr;
   Parameter* weight_;
   Parameter* bias_ = nullptr;
   View2D<const float> x_;
@@ -42,9 +66,16 @@ class GELU final : public Module {
 /// `layers` Linear(dim, dim) layers named "layers.<i>.weight"/"layers.<i>.bias", each
 /// followed by GELU except the last. Backward runs the layers in reverse and reports each
 /// layer's gradients as soon as they are final.
+///
+/// Given a tensor-parallel group of T > 1 ranks, the layers are split in pairs: layer 2k by
+/// columns, layer 2k+1 by rows, with GELU between them on each rank's block of features, so
+/// each pair costs one all_reduce in forward and one in backward. With an odd number of
+/// layers the last one is whole on every rank (its input and output are whole, and every
+/// rank computes the same gradients). The model's input and output are whole on every rank.
 class MLP final : public Module {
  public:
-  MLP(ParameterStore& store, std::size_t layers, std::size_t dim, const std::string& prefix = "layers");
+  MLP(ParameterStore& store, std::size_t layers, std::size_t dim, const std::string& prefix = "layers",
+      comm::Communicator* tp = nullptr);
   View2D<float> forward(const View2D<const float>& x) override;
   View2D<float> backward(const View2D<const float>& dy) override;
   void set_grad_ready_hook(GradReadyHook hook) override;

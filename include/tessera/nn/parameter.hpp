@@ -13,19 +13,33 @@
 
 namespace tessera::nn {
 
-/// Which part of a parameter's global tensor this rank owns: the part it updates, keeps
-/// optimizer state for, and (later) writes to a checkpoint. Data parallelism owns the whole
-/// tensor; ZeRO owns a flat range of the flattened tensor (possibly empty). Later strategies
-/// add row/column blocks (tensor parallelism) and nothing (a pipeline stage that does not own
-/// the layer).
+/// Which part of a parameter's global tensor this rank holds and owns, in two steps.
+///
+/// The *block*: with tensor parallelism a rank's replica of the model holds one of `parts`
+/// equal blocks of the tensor along `axis` (block `index`); otherwise the whole tensor
+/// (parts 1). The *flat range*: what of that block the rank owns, i.e. updates, keeps
+/// optimizer state for and (later) writes to a checkpoint: all of it (Full), or with ZeRO a
+/// range of the flattened block (FlatRange, possibly empty). Pipeline stages that do not
+/// hold a layer will follow.
 struct ShardSpec {
   enum class Kind { Full, FlatRange };
   Kind kind = Kind::Full;
-  std::size_t begin = 0;  ///< FlatRange: first owned element of the flattened tensor
+  std::size_t begin = 0;  ///< FlatRange: first owned element of the flattened block
   std::size_t end = 0;    ///< FlatRange: one past the last (begin == end: nothing owned)
+  int axis = 0;           ///< the block's axis (when parts > 1)
+  int index = 0;          ///< which block this replica holds
+  int parts = 1;          ///< blocks the tensor is cut into (1: the whole tensor)
   static ShardSpec full() { return {}; }
   static ShardSpec flat_range(std::size_t begin, std::size_t end) { return {Kind::FlatRange, begin, end}; }
-  /// Owned elements of a tensor of `numel` elements.
+  /// Block `index` of `parts` equal blocks along `axis` (tensor parallelism).
+  static ShardSpec block(int axis, int index, int parts) {
+    ShardSpec s;
+    s.axis = axis;
+    s.index = index;
+    s.parts = parts;
+    return s;
+  }
+  /// Owned elements of a held block of `numel` elements.
   std::size_t owned(std::size_t numel) const noexcept { return kind == Kind::Full ? numel : end - begin; }
 };
 
@@ -50,14 +64,14 @@ struct Parameter {
   std::vector<std::int64_t> shape;  ///< global shape, e.g. {1024, 1024}
   ShardSpec shard;
   Init init;
-  /// The tensor is the range [offset, offset + numel) of the model's flat parameter and
-  /// gradient buffers (its global flat index, the same on every rank and in every layout).
+  /// The block this replica holds (the whole tensor unless tensor-parallel) is the range
+  /// [offset, offset + numel) of the replica's flat parameter and gradient buffers.
   std::size_t offset = 0;
-  std::size_t numel = 0;  ///< elements of the whole tensor
-  /// The whole tensor, while it is in memory: always when the store keeps full values; with
+  std::size_t numel = 0;  ///< elements of the held block
+  /// The held block, while it is in memory: always when the store keeps full values; with
   /// values sharded (ZeRO stage 3) only between a strategy's acquire and release of it.
   View1D<float> value;
-  /// Where backward writes the whole tensor's gradient; with gradients not kept in full
+  /// Where backward writes the held block's gradient; with gradients not kept in full
   /// (ZeRO stages 2 and 3) only memory a strategy lends it during backward.
   View1D<float> grad;
   /// Set by ParameterStore::zero_grad(): the gradient is zero but its memory was not written.
@@ -70,7 +84,9 @@ struct Parameter {
     grad_pending_zero = false;
     return beta;
   }
-  /// The value as a row-major matrix (2-D parameters).
+  /// The held block's shape: the global shape with the block's axis divided by its parts.
+  std::vector<std::int64_t> held_shape() const;
+  /// The held block as a row-major matrix (2-D parameters).
   View2D<float> value2d() const;
   View2D<float> grad2d() const;
 };
@@ -83,7 +99,9 @@ struct Parameter {
 /// becomes the part of that range it covers, and values()/grads() keep only what is resident.
 class ParameterStore {
  public:
-  /// Registers a parameter; only before allocate(). The returned reference stays valid.
+  /// Registers a parameter of global shape `shape`, of which this replica holds the block
+  /// `shard` names (ConfigError when the axis does not split into its parts); only before
+  /// allocate(). The returned reference stays valid.
   Parameter& add(const std::string& name, std::vector<std::int64_t> shape, Init init,
                  ShardSpec shard = ShardSpec::full());
   /// Makes this rank the owner of the flat range [begin, end), keeping values and gradients
