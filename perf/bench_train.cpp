@@ -63,7 +63,9 @@ int main(int argc, char** argv) {
     c = flags.finish(app);
     auto comm = comm::Communicator::create(comm::parse_backend(flags.backend));
     train::Trainer trainer(c, *comm);
-    const bool ddp = c.zero_stage == 0;
+    // The floor (GEMMs + optimizer + all-reduces alone) is defined for DDP without tensor
+    // parallelism, whose step has nothing else to do.
+    const bool ddp = c.zero_stage == 0 && c.tp == 1;
 
     using Clock = std::chrono::steady_clock;
     auto seconds = [](Clock::time_point a, Clock::time_point b) {
@@ -93,19 +95,22 @@ int main(int argc, char** argv) {
     // and dx = dy W for every layer but the first, whose input is data), on operands of the
     // same shapes and count (every layer its own weight, gradient and activations, so nothing
     // stays in cache that would not in training), on every rank at once as in training, with
-    // nothing else.
-    const auto b = static_cast<std::size_t>(c.global_batch / comm->size() / c.accum);
-    std::vector<View2D<float>> acts, ws, dws;
-    for (std::size_t l = 0; l <= c.layers; ++l) {
-      acts.emplace_back("x", b, c.dim);
+    // nothing else. With tensor parallelism, the shapes of this rank's blocks.
+    const auto b = static_cast<std::size_t>(c.global_batch / trainer.data_parallel().size() / c.accum);
+    std::vector<View2D<float>> acts, ws, dws, dys, dxs;
+    for (std::size_t l = 0; l < c.layers; ++l) {
+      const auto held = trainer.parameters().find("layers." + std::to_string(l) + ".weight").held_shape();
+      const auto out = static_cast<std::size_t>(held[0]), in = static_cast<std::size_t>(held[1]);
+      acts.emplace_back("x", b, in);
       Kokkos::deep_copy(acts.back(), 0.5f);
-      if (l == c.layers) break;
-      ws.emplace_back("w", c.dim, c.dim);
-      dws.emplace_back("dw", c.dim, c.dim);
+      ws.emplace_back("w", out, in);
+      dws.emplace_back("dw", out, in);
       Kokkos::deep_copy(ws.back(), 0.01f);
+      dys.emplace_back("dy", b, out);
+      Kokkos::deep_copy(dys.back(), 0.01f);
+      dxs.emplace_back("dx", b, in);
+      if (l + 1 == c.layers) acts.emplace_back("y", b, out);
     }
-    View2D<float> dy("dy", b, c.dim), dx("dx", b, c.dim);
-    Kokkos::deep_copy(dy, 0.01f);
     // The two other things a step cannot skip, each alone on every rank at once: the
     // optimizer's update of the parameters this rank updates, and (DDP) the gradient
     // buckets' all-reduces.
@@ -127,8 +132,8 @@ int main(int argc, char** argv) {
       Kokkos::fence();
       const auto t1 = Clock::now();
       for (std::size_t l = c.layers; l-- > 0;) {
-        kernels::gemm(kernels::Trans::Yes, kernels::Trans::No, 1.0f, dy, acts[l], 0.0f, dws[l]);
-        if (l > 0) kernels::gemm(kernels::Trans::No, kernels::Trans::No, 1.0f, dy, ws[l], 0.0f, dx);
+        kernels::gemm(kernels::Trans::Yes, kernels::Trans::No, 1.0f, dys[l], acts[l], 0.0f, dws[l]);
+        if (l > 0) kernels::gemm(kernels::Trans::No, kernels::Trans::No, 1.0f, dys[l], ws[l], 0.0f, dxs[l]);
       }
       Kokkos::fence();
       if (!keep) return;
@@ -143,7 +148,7 @@ int main(int argc, char** argv) {
       if (keep) opt_alone.push_back(seconds(t0, Clock::now()));
     };
     auto all_reduces_alone = [&](bool keep) {
-      if (!ddp) return;  // ZeRO's traffic has no one-op floor; its time is in the step's breakdown
+      if (!ddp) return;  // no one-op floor for ZeRO or tensor parallelism; their time is in the breakdown
       MPI_Barrier(MPI_COMM_WORLD);
       const auto t0 = Clock::now();
       // A sum, as in the step: the trainer divides the loss gradient by the ranks instead.
@@ -169,15 +174,17 @@ int main(int argc, char** argv) {
     acts.clear();
     ws.clear();
     dws.clear();
+    dys.clear();
+    dxs.clear();
 
     // Report the slowest rank's medians.
     double med[10] = {median(step),  median(fwd),  median(bwd),      median(exposed),   median(opt),
                       median(other), median(gemm), median(gemm_fwd), median(opt_alone), ddp ? median(comm_alone) : 0};
     MPI_Allreduce(MPI_IN_PLACE, med, 10, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     // Memory and traffic of the rank that holds and sends the most.
-    double bytes[4] = {static_cast<double>(last.model_state_bytes), static_cast<double>(last.working_bytes), peak_rss,
-                       last.comm_bytes};
-    MPI_Allreduce(MPI_IN_PLACE, bytes, 4, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    double bytes[5] = {static_cast<double>(last.model_state_bytes), static_cast<double>(last.working_bytes), peak_rss,
+                       last.comm_bytes, last.tp_comm_bytes};
+    MPI_Allreduce(MPI_IN_PLACE, bytes, 5, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     const double compute_step = med[0] - med[5];  // the step without zeroing, loading and the loss average
     // No schedule on these cores can beat doing the three unavoidable parts back to back.
     const double floor = med[6] + med[8] + med[9];
@@ -224,8 +231,10 @@ int main(int argc, char** argv) {
               {"grad_dtype", dtype_name(c.ddp.grad_dtype)},
               {"strategy", trainer.strategy().name()},
               {"zero_stage", c.zero_stage},
+              {"tp", c.tp},
+              {"layout", trainer.layout()},
               {"zero_prefetch", c.zero.prefetch},
-              {"bucket_mb", ddp ? c.ddp.bucket_mb : c.zero.bucket_mb},
+              {"bucket_mb", c.zero_stage == 0 ? c.ddp.bucket_mb : c.zero.bucket_mb},
               {"overlap_optimizer", c.overlap_optimizer},
               {"steps", steps},
               {"rounds", rounds}}},
@@ -241,7 +250,11 @@ int main(int argc, char** argv) {
               {"optimizer_only", med[8]},
               {"all_reduce_only", ddp ? nlohmann::json(med[9]) : nlohmann::json(nullptr)}}},
             {"bytes_per_rank_max",
-             {{"model_state", bytes[0]}, {"working", bytes[1]}, {"peak_resident", bytes[2]}, {"comm_per_step", bytes[3]}}},
+             {{"model_state", bytes[0]},
+              {"working", bytes[1]},
+              {"peak_resident", bytes[2]},
+              {"comm_per_step", bytes[3]},
+              {"tp_comm_per_step", bytes[4]}}},
             {"steps_per_s", 1 / med[0]},
             {"exposed_fraction", med[3] / med[0]},
             {"step_over_gemm", med[0] / med[6]},

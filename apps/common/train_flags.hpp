@@ -53,6 +53,11 @@ struct TrainFlags {
                    "gradients) or 3 (and parameters); see docs/strategies.md")
         ->capture_default_str()
         ->check(whole(0, 3));
+    app.add_option("--parallel.tp", c.tp,
+                   "tensor-parallel group size: consecutive ranks split every layer pair column-row "
+                   "(must divide the ranks and --model.dim); data parallelism runs over the rest")
+        ->capture_default_str()
+        ->check(whole(1, kMany));
     app.add_option("--zero.prefetch", c.zero.prefetch, "ZeRO stage 3: layers gathered ahead of the one computing")
         ->capture_default_str()
         ->check(whole(0, kMany));

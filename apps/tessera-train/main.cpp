@@ -56,6 +56,10 @@ int main(int argc, char** argv) {
   return tessera::apps::run_app(argc, argv, app, [&](tessera::Session& session) {
     using namespace tessera;
     c = flags.finish(app);
+    if (!save_path.empty() && c.tp > 1)
+      throw ConfigError("--save writes whole tensors, and with --parallel.tp " + std::to_string(c.tp) +
+                        " every rank holds blocks of them; saving a tensor-parallel run is not supported yet: "
+                        "run without --save, or with --parallel.tp 1");
     const bool root = session.rank() == 0;
     // Output files are checked before any work, on every rank alike; the model file is only
     // replaced at the end of a run that finished.
@@ -77,12 +81,14 @@ int main(int argc, char** argv) {
                           std::getenv("SLURM_STEP_ID") || std::getenv("PMIX_RANK");
     if (progress == "none") quiet = true;
     const bool tty = progress == "bar" || (progress == "auto" && isatty(STDOUT_FILENO) != 0 && !launched);
+    const std::string layout = trainer.layout();  // collective-free; every rank builds it
+    if (root && !quiet && c.tp > 1) std::printf("tessera-train: layout %s\n", layout.c_str());
     if (root && !quiet)
       std::printf(
           "tessera-train: %d ranks (%s, %s), MLP %zu x %zu (%zu parameters), %s, %s, batch %lld x %lld steps, "
           "BLAS threads %s per rank (%s)\n",
           comm->size(), comm::backend_name(comm->backend()), trainer.strategy().name(), c.layers, c.dim,
-          trainer.parameters().numel(),
+          c.layers * (c.dim * c.dim + c.dim),
           trainer.dataset().describe().c_str(), c.optimizer.c_str(), static_cast<long long>(c.global_batch),
           static_cast<long long>(c.steps), blas.threads > 0 ? std::to_string(blas.threads).c_str() : "?",
           blas.reason.c_str());
@@ -107,7 +113,8 @@ int main(int argc, char** argv) {
                                    m.step_time_s - m.forward_s - m.backward_s - m.comm_exposed_s - m.optimizer_s},
                                   {"model_state_bytes", m.model_state_bytes},
                                   {"working_bytes", m.working_bytes},
-                                  {"comm_bytes", m.comm_bytes}}
+                                  {"comm_bytes", m.comm_bytes},
+                                  {"tp_comm_bytes", m.tp_comm_bytes}}
                        .dump()
                 << "\n";
       }

@@ -14,6 +14,16 @@ namespace tessera::train {
 namespace {
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// A free function: nvcc does not allow a device lambda in a private member function.
+double square_sum(const float* data, std::size_t n) {
+  const Kokkos::View<const float*, DeviceMemorySpace, Kokkos::MemoryUnmanaged> g(data, n);
+  double sum = 0;
+  Kokkos::parallel_reduce(
+      "tessera::square_sum", Kokkos::RangePolicy<>(0, n),
+      KOKKOS_LAMBDA(std::size_t i, double& acc) { acc += static_cast<double>(g(i)) * g(i); }, sum);
+  return sum;
+}
 }  // namespace
 
 void TrainConfig::validate() const {
@@ -38,19 +48,35 @@ void TrainConfig::validate() const {
   require(zero.prefetch >= 0, "--zero.prefetch must be >= 0 layers");
   require(zero.bucket_mb > 0, "--zero.bucket_mb must be > 0 MiB");
   require(max_rank_bytes >= 0, "--zero.max_rank_bytes must be >= 0 (0: no limit of its own)");
+  require(tp >= 1, "--parallel.tp must be >= 1");
+  require(tp == 1 || dim % static_cast<std::size_t>(tp) == 0,
+          "--parallel.tp " + std::to_string(tp) + " cuts every layer's " + std::to_string(dim) +
+              " features into equal blocks, and " + std::to_string(dim) + " does not divide by " + std::to_string(tp) +
+              "; choose --model.dim divisible by " + std::to_string(tp));
+}
+
+double TrainConfig::held_parameters() const {
+  const double d = static_cast<double>(dim), L = static_cast<double>(layers), t = tp;
+  if (tp <= 1) return L * (d * d + d);
+  // Column-row pairs (the column layer's weight and bias split, the row layer's weight split
+  // and its bias whole); an odd last layer whole.
+  const double pairs = std::floor(L / 2), odd = L - 2 * pairs;
+  return pairs * ((d * d + d) / t + d * d / t + d) + odd * (d * d + d);
 }
 
 TrainConfig::MemoryEstimate TrainConfig::estimate_memory(int ranks) const {
   const double d = static_cast<double>(dim), L = static_cast<double>(layers), f = sizeof(float);
-  const double n = std::max(1, ranks);
+  // The strategies run over the data-parallel ranks; tensor parallelism cuts the replica.
+  const int dp = tp > 1 && ranks % tp == 0 ? ranks / tp : ranks;
+  const double n = std::max(1, dp);
   MemoryEstimate e;
-  const double params = L * (d * d + d);
+  const double params = held_parameters();
   const double state = optimizer == "adamw" ? 2 : (momentum > 0 ? 1 : 0);
   const double wire = ddp.grad_dtype == DType::BFloat16 ? 2 : 0;  // bytes per gradient on the wire
   // What each rank keeps (the ZeRO paper's 16, 8 + 8/N, 4 + 12/N, 16/N bytes per parameter
   // for AdamW), and the buffers the strategy lends while a step runs.
   const double unit = d * d + d;  // a layer: ZeRO stage 3 gathers and reduces one at a time
-  const double bucket = ranks > 1 ? std::min(params, std::max(zero.bucket_mb * 1024 * 1024 / f, d * d)) : 0;
+  const double bucket = dp > 1 ? std::min(params, std::max(zero.bucket_mb * 1024 * 1024 / f, d * d)) : 0;
   switch (zero_stage) {
     case 0:
       e.model = params * f * (2 + state);
@@ -69,7 +95,7 @@ TrainConfig::MemoryEstimate TrainConfig::estimate_memory(int ranks) const {
       e.working = (zero.prefetch + 1) * unit * f + 2 * unit * (f + wire);
       break;
   }
-  if (ranks <= 1 && zero_stage > 0) e.working = 0;  // one rank: nothing travels, nothing is gathered
+  if (dp <= 1 && zero_stage > 0) e.working = 0;  // one rank: nothing travels, nothing is gathered
   // Per micro-batch row: each Linear keeps its output and input gradient, each GELU three
   // buffers; the batch's inputs, targets and loss gradient.
   const double rows = static_cast<double>(global_batch) / n / static_cast<double>(accum);
@@ -83,7 +109,19 @@ TrainConfig::MemoryEstimate TrainConfig::estimate_memory(int ranks) const {
 
 Trainer::Trainer(TrainConfig config, comm::Communicator& comm) : config_(std::move(config)), comm_(comm) {
   config_.validate();
-  const std::int64_t ranks = comm.size();
+  if (comm.size() % config_.tp != 0)
+    throw ConfigError("--parallel.tp " + std::to_string(config_.tp) + " does not divide the " +
+                      std::to_string(comm.size()) + " ranks into tensor-parallel groups; choose a divisor of " +
+                      std::to_string(comm.size()));
+  // Data parallelism runs over the ranks that hold the same blocks: all of them, or on a
+  // dp x tp mesh (tp fastest: consecutive ranks share a tensor-parallel group).
+  if (config_.tp > 1) {
+    mesh_ = std::make_unique<comm::DeviceMesh>(comm, comm.size() / config_.tp, config_.tp, 1);
+    dp_ = &mesh_->dp();
+  } else {
+    dp_ = &comm;
+  }
+  const std::int64_t ranks = dp_->size();
   if (config_.global_batch % (ranks * config_.accum) != 0)
     throw ConfigError("--train.batch " + std::to_string(config_.global_batch) + " does not divide across " +
                       std::to_string(ranks) + " ranks x " + std::to_string(config_.accum) +
@@ -104,7 +142,7 @@ Trainer::Trainer(TrainConfig config, comm::Communicator& comm) : config_(std::mo
     const std::string strategy =
         config_.zero_stage == 0 ? "DDP" : "ZeRO stage " + std::to_string(config_.zero_stage);
     std::string instead;
-    for (int stage = config_.zero_stage + 1; stage <= 3 && comm.size() > 1 && instead.empty(); ++stage) {
+    for (int stage = config_.zero_stage + 1; stage <= 3 && ranks > 1 && instead.empty(); ++stage) {
       TrainConfig other = config_;
       other.zero_stage = stage;
       const double total = other.estimate_memory(comm.size()).total();
@@ -139,22 +177,24 @@ Trainer::Trainer(TrainConfig config, comm::Communicator& comm) : config_(std::mo
     throw ConfigError(dataset_->describe() + ": more classes than the model's " + std::to_string(config_.dim) +
                       " outputs; raise --model.dim");
 
-  model_ = std::make_unique<nn::MLP>(store_, config_.layers, config_.dim);
+  model_ = std::make_unique<nn::MLP>(store_, config_.layers, config_.dim, "layers",
+                                     mesh_ ? &mesh_->tp() : nullptr);
   model_->set_input_grad(false);  // the input is data: no gradient for it
-  sampler_ = std::make_unique<data::DistributedSampler>(dataset_->size(), config_.global_batch, comm.rank(),
-                                                        comm.size(), config_.seed);
+  // Every rank of a tensor-parallel group trains on the same samples.
+  sampler_ = std::make_unique<data::DistributedSampler>(dataset_->size(), config_.global_batch, dp_->rank(),
+                                                        dp_->size(), config_.seed);
   // The strategy decides what this rank keeps, then the store is filled: every layout draws
   // the same values (a function of seed, name and index).
   if (config_.zero_stage == 0) {
     parallel::DDPOptions ddp = config_.ddp;
     ddp.loss_gradient_divided = true;  // step() divides the loss gradient by the ranks
-    strategy_ = std::make_unique<parallel::DistributedDataParallel>(*model_, store_, comm, ddp);
+    strategy_ = std::make_unique<parallel::DistributedDataParallel>(*model_, store_, *dp_, ddp);
   } else {
     parallel::ZeroOptions zero = config_.zero;
     zero.stage = config_.zero_stage;
     zero.grad_dtype = config_.ddp.grad_dtype;
     zero.loss_gradient_divided = true;
-    strategy_ = std::make_unique<parallel::ZeroDataParallel>(*model_, store_, comm, zero);
+    strategy_ = std::make_unique<parallel::ZeroDataParallel>(*model_, store_, *dp_, zero);
   }
   store_.initialize(config_.seed);
   strategy_->verify_replicas_identical();
@@ -185,6 +225,36 @@ Trainer::Trainer(TrainConfig config, comm::Communicator& comm) : config_(std::mo
 
 Trainer::~Trainer() = default;
 
+std::string Trainer::layout() const {
+  if (!mesh_) return "dp " + std::to_string(comm_.size());
+  const int dp = mesh_->dp_size(), tp = mesh_->tp_size();
+  const auto group = [&](bool tensor, int fixed) {
+    std::string g = "{";
+    for (int k = 0; k < (tensor ? tp : dp); ++k)
+      g += (k ? "," : "") + std::to_string(tensor ? mesh_->rank_of({fixed, k, 0}) : mesh_->rank_of({k, fixed, 0}));
+    return g + "}";
+  };
+  std::string out = "dp " + std::to_string(dp) + " x tp " + std::to_string(tp) + ": tensor-parallel groups";
+  for (int d = 0; d < dp; ++d) out += " " + group(true, d);
+  out += "; data-parallel groups";
+  for (int t = 0; t < tp; ++t) out += " " + group(false, t);
+  return out;
+}
+
+double Trainer::replicated_grad_square() const {
+  // The part of this rank's update range that parameters held whole cover.
+  const auto grads = strategy_->update_grads();
+  const std::size_t lo = store_.owned_begin(), hi = store_.owned_end();
+  double total = 0;
+  for (const auto& p : store_.parameters()) {
+    if (p.shard.parts > 1) continue;
+    const std::size_t b = std::max(lo, p.offset), e = std::min(hi, p.offset + p.numel);
+    if (b >= e) continue;
+    total += square_sum(grads.data() + (b - lo), e - b);
+  }
+  return total;
+}
+
 parallel::DistributedDataParallel& Trainer::ddp() {
   auto* ddp = dynamic_cast<parallel::DistributedDataParallel*>(strategy_.get());
   if (ddp == nullptr) throw Error(std::string("Trainer::ddp(): this run uses ") + strategy_->name() + ", not DDP");
@@ -200,7 +270,8 @@ parallel::ZeroDataParallel& Trainer::zero() {
 StepMetrics Trainer::step() {
   StepMetrics m;
   const auto start = Clock::now();
-  const double bytes_before = comm_.bytes_sent();
+  const double bytes_before = dp_->bytes_sent();
+  const double tp_bytes_before = mesh_ ? mesh_->tp().bytes_sent() : 0.0;
   strategy_->new_step();
   store_.zero_grad();
   const std::vector<std::int64_t>& local = sampler_->next();
@@ -214,12 +285,12 @@ StepMetrics Trainer::step() {
     auto t = Clock::now();
     auto y = model_->forward(inputs_);
     loss_sum += dataset_->has_labels() ? nn::cross_entropy_loss(y, labels_, dy_) : nn::mse_loss(y, targets_, dy_);
-    if (config_.accum * comm_.size() > 1) {
+    if (config_.accum * dp_->size() > 1) {
       // Each micro-step's loss is a mean over its micro-batch; the step's is their mean over
       // the micro-steps and the ranks, so its gradient is divided by both here, on the
       // small loss gradient, and DDP only sums (DDPOptions::loss_gradient_divided).
       const Kokkos::View<float*, DeviceMemorySpace, Kokkos::MemoryUnmanaged> dy(dy_.data(), dy_.size());
-      const float scale = 1.0f / static_cast<float>(config_.accum * comm_.size());
+      const float scale = 1.0f / static_cast<float>(config_.accum * dp_->size());
       Kokkos::parallel_for(
           "tessera::scale_dy", Kokkos::RangePolicy<>(0, dy.size()), KOKKOS_LAMBDA(std::size_t i) { dy(i) *= scale; });
     }
@@ -239,7 +310,7 @@ StepMetrics Trainer::step() {
         optimizer_->update(offset, count);
         // With several ranks the update is timed as the optimizer's (on a GPU the reductions
         // of later buckets run meanwhile on their own streams); on one rank it only queues.
-        if (comm_.size() > 1) side_->space().fence();
+        if (dp_->size() > 1) side_->space().fence();
       });
     } else if (last) {
       strategy_->begin_step();
@@ -266,13 +337,17 @@ StepMetrics Trainer::step() {
   // Waits for ZeRO stage 3's gathers inside forward and backward count as communication.
   m.forward_s -= sync.waited_in_forward_s;
   m.backward_s -= sync.waited_in_backward_s;
-  m.comm_bytes = comm_.bytes_sent() - bytes_before;
+  m.comm_bytes = dp_->bytes_sent() - bytes_before;
+  if (mesh_) m.tp_comm_bytes = mesh_->tp().bytes_sent() - tp_bytes_before;
 
-  // The loss averaged over the ranks; with sharded updates, the squared norm summed over them.
-  const bool sharded = strategy_->sharded_update();
-  double sums[2] = {loss_sum / static_cast<double>(config_.accum), sharded ? grad_sq : 0.0};
+  // The loss averaged over the ranks (the ranks of a tensor-parallel group compute the same
+  // one). The squared norm: each rank's updates summed its range; a parameter every rank of
+  // a tensor-parallel group holds whole counts once in the group, and data-parallel replicas
+  // that all updated everything count once in all.
+  if (config_.tp > 1) grad_sq -= replicated_grad_square() * (config_.tp - 1) / config_.tp;
+  double sums[2] = {loss_sum / static_cast<double>(config_.accum), grad_sq};
   comm_.all_reduce({sums, 2}, comm::ReduceOp::Sum);
-  if (sharded) grad_sq = sums[1];
+  grad_sq = strategy_->sharded_update() ? sums[1] : sums[1] / static_cast<double>(dp_->size());
   m.step = ++steps_done_;
   m.loss = sums[0] / static_cast<double>(comm_.size());
   // Every replica applied the same averaged gradients, so every rank sees the same norm and

@@ -10,6 +10,7 @@
 #include <tessera/nn/layers.hpp>
 #include <tessera/optim/optimizer.hpp>
 #include <tessera/tessera.hpp>
+#include <tessera/train/trainer.hpp>
 
 #include "test_support.hpp"
 
@@ -139,5 +140,125 @@ TEST(TensorParallel, AWidthTheRanksDoNotDivideIsAConfigError) {
   nn::ParameterStore store;
   EXPECT_THROW_WITH(nn::MLP(store, 2, static_cast<std::size_t>(2 * t + 1), "layers", &world()), ConfigError,
                     "does not divide by " + std::to_string(t));
+}
+}  // namespace
+
+// Through the trainer: a dp x tp mesh, with DDP or ZeRO on the dp axis, against one process.
+namespace {
+train::TrainConfig tp_config(std::size_t layers) {
+  train::TrainConfig c;
+  c.layers = layers;
+  c.dim = kDim;
+  c.global_batch = 24;
+  c.steps = 10;
+  c.synthetic_samples = 480;
+  c.teacher_layers = 2;
+  c.seed = 3;
+  return c;
+}
+
+/// Tensor-parallel group sizes this world can form (besides 1).
+std::vector<int> tp_sizes() {
+  std::vector<int> out;
+  for (int t : {2, 4})
+    if (world().size() % t == 0) out.push_back(t);
+  return out;
+}
+
+/// Each parameter's block, as this rank holds it after training (gathered over the data-
+/// parallel ranks when ZeRO shards it), against the block of the reference's whole tensor.
+void expect_blocks_match(train::Trainer& reference, train::Trainer& run, const std::string& what) {
+  const auto local = parallel::gather_values(run.parameters(), run.data_parallel());
+  for (auto& p : run.parameters().parameters()) {
+    const std::vector<float> got(local.begin() + static_cast<std::ptrdiff_t>(p.offset),
+                                 local.begin() + static_cast<std::ptrdiff_t>(p.offset + p.numel));
+    expect_close(block_of(p, host(reference.parameters().find(p.name).value)), got, 1e-5, what + ", " + p.name);
+  }
+}
+
+std::string label(std::size_t layers, int t, int stage) {
+  return std::to_string(layers) + " layers, tp " + std::to_string(t) + ", zero " + std::to_string(stage);
+}
+
+TEST(TensorParallelTraining, SGDMatchesTheSingleProcessRunWithDDPAndEveryZeROStage) {
+  if (tp_sizes().empty()) GTEST_SKIP() << "no tensor-parallel group divides " << world().size() << " ranks";
+  for (std::size_t layers : {3u, 4u}) {
+    auto c = tp_config(layers);
+    c.optimizer = "sgd";
+    c.lr = 0.05f;
+    c.momentum = 0.9f;
+    train::Trainer reference(c, test::self());
+    reference.run();
+    for (int t : tp_sizes())
+      for (int stage = 0; stage <= 3; ++stage) {
+        auto run_config = c;
+        run_config.tp = t;
+        run_config.zero_stage = stage;
+        train::Trainer run(run_config, world());
+        run.run();
+        expect_blocks_match(reference, run, label(layers, t, stage));
+      }
+  }
+}
+
+TEST(TensorParallelTraining, AdamWPerStepLossesAndGradientNormsMatchTheSingleProcessRun) {
+  if (tp_sizes().empty()) GTEST_SKIP() << "no tensor-parallel group divides " << world().size() << " ranks";
+  for (std::size_t layers : {3u, 4u})
+    for (int t : tp_sizes())
+      for (int stage : {0, 3}) {
+        auto c = tp_config(layers);
+        train::Trainer reference(c, test::self());
+        c.tp = t;
+        c.zero_stage = stage;
+        train::Trainer run(c, world());
+        for (int s = 0; s < 10; ++s) {
+          const auto a = reference.step(), b = run.step();
+          EXPECT_NEAR(b.loss, a.loss, 1e-5 * std::fabs(a.loss)) << label(layers, t, stage) << ", step " << s + 1;
+          // Parameters every rank of a group holds whole (the row layers' biases, an odd last
+          // layer) count once in the norm.
+          EXPECT_NEAR(b.grad_norm, a.grad_norm, 1e-5 * a.grad_norm) << label(layers, t, stage) << ", step " << s + 1;
+          if (t > 1) {
+            EXPECT_GT(b.tp_comm_bytes, 0.0);
+          }
+        }
+      }
+}
+
+TEST(TensorParallelTraining, ModelStateBytesAreThoseOfTheHeldBlocks) {
+  for (int t : tp_sizes()) {
+    auto c = tp_config(3);  // one column-row pair and a whole last layer
+    c.tp = t;
+    c.steps = 1;
+    const std::size_t d = kDim, held = (d * d + d) / t + d * d / t + d + (d * d + d);
+    for (int stage : {0, 3}) {
+      c.zero_stage = stage;
+      train::Trainer run(c, world());
+      const auto m = run.step();
+      EXPECT_EQ(run.parameters().numel(), held);
+      const int dp = world().size() / t;
+      const std::size_t shard = parallel::FlatPartition(held, dp, c.zero.align).size(run.data_parallel().rank());
+      EXPECT_EQ(m.model_state_bytes, stage == 0 ? 16 * held : 16 * shard) << "tp " << t << ", zero " << stage;
+    }
+  }
+}
+
+TEST(TensorParallelTraining, LayoutsThatCannotRunAreConfigErrors) {
+  auto c = tp_config(2);
+  c.tp = world().size() + 1;
+  c.dim = kDim * static_cast<std::size_t>(c.tp);  // a width the group would divide
+  EXPECT_THROW_WITH(train::Trainer(c, world()), ConfigError,
+                    "does not divide the " + std::to_string(world().size()) + " ranks");
+  c.tp = 4;
+  c.dim = 10;
+  EXPECT_THROW_WITH(train::Trainer(c, world()), ConfigError, "10 does not divide by 4; choose --model.dim divisible by 4");
+}
+
+TEST(TensorParallelTraining, TheLayoutNamesEachGroupsRanks) {
+  if (world().size() != 4) GTEST_SKIP() << "the layout checked is that of 4 ranks";
+  auto c = tp_config(2);
+  c.tp = 2;
+  train::Trainer run(c, world());
+  EXPECT_EQ(run.layout(), "dp 2 x tp 2: tensor-parallel groups {0,1} {2,3}; data-parallel groups {0,2} {1,3}");
+  EXPECT_EQ(run.data_parallel().size(), 2);
 }
 }  // namespace

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include <tessera/comm/communicator.hpp>
+#include <tessera/comm/device_mesh.hpp>
 #include <tessera/data/dataset.hpp>
 #include <tessera/nn/layers.hpp>
 #include <tessera/optim/optimizer.hpp>
@@ -43,6 +44,9 @@ struct TrainConfig {
   /// its grad_dtype follows ddp.grad_dtype).
   int zero_stage = 0;
   parallel::ZeroOptions zero;
+  /// Tensor-parallel group size: the ranks form a dp x tp mesh (dp = ranks / tp), and the
+  /// MLP's layers are split over each tp group (nn::MLP). Strategies run on the dp axis.
+  int tp = 1;
   /// Memory a rank may use, in bytes (0: what the node or GPU has, see memory_budget()). A
   /// run whose estimate exceeds it is refused before anything is allocated.
   double max_rank_bytes = 0;
@@ -53,6 +57,8 @@ struct TrainConfig {
   /// Throws ConfigError for values no run can use (before any communication).
   void validate() const;
 
+  /// Parameters one rank's replica holds (the whole model, or its tensor-parallel blocks).
+  double held_parameters() const;
   /// Bytes a run of this configuration takes on each of `ranks` ranks, by part.
   struct MemoryEstimate {
     double model = 0;        ///< parameters, gradients and optimizer state kept between steps
@@ -80,9 +86,11 @@ struct StepMetrics {
   std::size_t model_state_bytes = 0;
   /// High-water mark of the strategy's transient buffers (buckets, gathered layers).
   std::size_t working_bytes = 0;
-  /// Bytes this rank sent for the step's gradients and parameters, as the communicator
-  /// models them (Communicator::bytes_sent).
+  /// Bytes this rank sent for the step's gradients and parameters (over the data-parallel
+  /// ranks), as the communicator models them (Communicator::bytes_sent).
   double comm_bytes = 0;
+  /// Bytes this rank sent within its tensor-parallel group (activations and their gradients).
+  double tp_comm_bytes = 0;
 };
 
 class Trainer {
@@ -99,6 +107,10 @@ class Trainer {
 
   nn::ParameterStore& parameters() noexcept { return store_; }
   const data::Dataset& dataset() const noexcept { return *dataset_; }
+  /// The ranks the data-parallel strategy runs over (all of them without tensor parallelism).
+  comm::Communicator& data_parallel() noexcept { return *dp_; }
+  /// "dp 2 x tp 2: tensor-parallel groups {0,1} {2,3}; data-parallel groups {0,2} {1,3}".
+  std::string layout() const;
   /// The data-parallel strategy: DDP or ZeRO.
   parallel::DataParallelStrategy& strategy() noexcept { return *strategy_; }
   /// The DDP strategy; throws when a ZeRO stage runs.
@@ -111,6 +123,9 @@ class Trainer {
  private:
   TrainConfig config_;
   comm::Communicator& comm_;
+  std::unique_ptr<comm::DeviceMesh> mesh_;  // with tensor parallelism
+  comm::Communicator* dp_ = nullptr;
+  double replicated_grad_square() const;   // over parameters every tp rank holds whole
   nn::ParameterStore store_;
   std::unique_ptr<nn::MLP> model_;
   std::unique_ptr<data::Dataset> dataset_;
