@@ -17,6 +17,7 @@
 #include <string>
 
 #include "../common/app_main.hpp"
+#include "../common/trace_file.hpp"
 #include "../common/train_flags.hpp"
 
 namespace {
@@ -36,7 +37,7 @@ int main(int argc, char** argv) {
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   tessera::apps::TrainFlags flags;
   auto& c = flags.config;
-  std::string metrics_path, save_path, config_path;
+  std::string metrics_path, save_path, config_path, trace_path;
   bool quiet = false;
   app.add_option("--config", config_path, "TOML file: [model] layers = 8, [train] steps = 100, ...");
   app.add_option("--train.steps", c.steps, "optimizer steps")
@@ -45,6 +46,9 @@ int main(int argc, char** argv) {
   flags.add_to(app);
   app.add_option("--metrics", metrics_path, "write one JSON object per step to this file");
   app.add_option("--save", save_path, "write the final parameters to this HDF5 file");
+  app.add_option("--trace", trace_path,
+                 "write every rank's timeline (step phases, each collective) to this Chrome trace JSON file, "
+                 "which Perfetto opens");
   std::string progress = "auto";
   app.add_option("--progress", progress,
                  "bar (redrawn in place), lines, none, or auto: bar on a terminal outside an MPI launcher (which "
@@ -66,6 +70,8 @@ int main(int argc, char** argv) {
     apps::check_on_rank0(session, [&] {
       if (!metrics_path.empty())
         if (auto why = apps::cannot_write("--metrics", metrics_path); !why.empty()) return why;
+      if (!trace_path.empty())
+        if (auto why = apps::cannot_write("--trace", trace_path); !why.empty()) return why;
       if (!save_path.empty()) return apps::cannot_write("--save", save_path);
       return std::string();
     });
@@ -132,13 +138,16 @@ int main(int argc, char** argv) {
       }
       std::fflush(stdout);
     };
+    if (!trace_path.empty()) apps::start_trace();
     try {
       trainer.run(report);
     } catch (const NonFiniteError& e) {
       if (tty && root && !quiet) std::printf("\n");
+      if (!trace_path.empty()) apps::write_trace(trace_path);  // every rank stops alike: collective
       // Nothing is saved from a diverged run; a file the user already had stays as it was.
       throw NonFiniteError(e.message() + (save_path.empty() ? "" : "; --save '" + save_path + "' was not written"));
     }
+    if (!trace_path.empty()) apps::write_trace(trace_path);
     if (!save_path.empty()) checkpoint::save_model(save_path, trainer.parameters(), *comm);
     if (root && !quiet && c.steps > 0)
       std::printf("done: %lld steps in %.1f s; loss %.6g -> %.6g (%.1fx lower)%s\n", static_cast<long long>(c.steps),

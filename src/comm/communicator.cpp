@@ -1,4 +1,5 @@
 #include <tessera/comm/communicator.hpp>
+#include <tessera/core/trace.hpp>
 #include <tessera/config.hpp>
 #include <tessera/core/session.hpp>
 
@@ -449,6 +450,16 @@ class CommState {
       }
       ~Running() { p.running_seq.store(0); }
     } running_now(progress, op);
+    // On a trace, each collective is a span on its communicator's track.
+    struct Traced {
+      const Op& op;
+      const std::string& comm;
+      bool on = trace::enabled();
+      trace::Clock::time_point begin = on ? trace::Clock::now() : trace::Clock::time_point();
+      ~Traced() {
+        if (on) trace::record("collective", describe(op), "comm " + comm, begin, trace::Clock::now());
+      }
+    } traced{op, options.name};
     bool arrived = false;  // the fence confirmed every rank is at this op
     try {
       // Every rank must take the same branch here, so it depends only on the op (check is

@@ -1,5 +1,6 @@
 #include <tessera/core/error.hpp>
 #include <tessera/core/memory.hpp>
+#include <tessera/core/trace.hpp>
 #include <tessera/train/trainer.hpp>
 
 #include <algorithm>
@@ -272,6 +273,10 @@ StepMetrics Trainer::step() {
   const auto start = Clock::now();
   const double bytes_before = dp_->bytes_sent();
   const double tp_bytes_before = mesh_ ? mesh_->tp().bytes_sent() : 0.0;
+  // On a trace, each phase of the step is a span (trace::record does nothing when off).
+  const auto mark = [](const char* phase, Clock::time_point begin) {
+    if (trace::enabled()) trace::record("step", phase, "step", begin, Clock::now());
+  };
   strategy_->new_step();
   store_.zero_grad();
   const std::vector<std::int64_t>& local = sampler_->next();
@@ -281,7 +286,9 @@ StepMetrics Trainer::step() {
     std::copy(local.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(k) * micro),
               local.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(k + 1) * micro),
               micro_indices_.begin());
+    const auto loading = Clock::now();
     dataset_->load(micro_indices_, inputs_, targets_, labels_);
+    mark("load batch", loading);
     auto t = Clock::now();
     auto y = model_->forward(inputs_);
     loss_sum += dataset_->has_labels() ? nn::cross_entropy_loss(y, labels_, dy_) : nn::mse_loss(y, targets_, dy_);
@@ -295,6 +302,7 @@ StepMetrics Trainer::step() {
           "tessera::scale_dy", Kokkos::RangePolicy<>(0, dy.size()), KOKKOS_LAMBDA(std::size_t i) { dy(i) *= scale; });
     }
     Kokkos::DefaultExecutionSpace().fence();
+    mark("forward", t);
     m.forward_s += since(t);
     const bool last = k + 1 == config_.accum;
     // DDP and ZeRO stage 1 add micro-steps up locally and communicate on the last only;
@@ -319,10 +327,13 @@ StepMetrics Trainer::step() {
     model_->backward(dy_);
     Kokkos::DefaultExecutionSpace().fence();
     strategy_->end_backward();
+    mark("backward", t);
     // Updates run inside backward (one rank) count as the optimizer's time.
     m.backward_s += since(t) - (last ? strategy_->last_sync().on_bucket_s : 0.0);
   }
+  const auto syncing = Clock::now();
   strategy_->finish_gradient_sync();
+  mark("gradient sync", syncing);
   const auto t = Clock::now();
   if (!config_.overlap_optimizer) {
     side_->follow_default();
@@ -331,7 +342,10 @@ StepMetrics Trainer::step() {
   }
   double grad_sq = optimizer_->grad_square_sum();  // summed by the updates as they read the gradients
   m.optimizer_s = strategy_->last_sync().on_bucket_s + since(t);
+  mark("optimizer", t);
+  const auto gathering = Clock::now();
   strategy_->finish_step();
+  mark("parameter sync", gathering);
   const auto& sync = strategy_->last_sync();
   m.comm_exposed_s = sync.exposed_s;
   // Waits for ZeRO stage 3's gathers inside forward and backward count as communication.
@@ -346,7 +360,9 @@ StepMetrics Trainer::step() {
   // that all updated everything count once in all.
   if (config_.tp > 1) grad_sq -= replicated_grad_square() * (config_.tp - 1) / config_.tp;
   double sums[2] = {loss_sum / static_cast<double>(config_.accum), grad_sq};
+  const auto averaging = Clock::now();
   comm_.all_reduce({sums, 2}, comm::ReduceOp::Sum);
+  mark("loss and norm", averaging);
   grad_sq = strategy_->sharded_update() ? sums[1] : sums[1] / static_cast<double>(dp_->size());
   m.step = ++steps_done_;
   m.loss = sums[0] / static_cast<double>(comm_.size());
