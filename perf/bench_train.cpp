@@ -65,13 +65,13 @@ int main(int argc, char** argv) {
     train::Trainer trainer(c, *comm);
     // The floor (GEMMs + optimizer + all-reduces alone) is defined for DDP without tensor
     // parallelism, whose step has nothing else to do.
-    const bool ddp = c.zero_stage == 0 && c.tp == 1;
+    const bool ddp = c.zero_stage == 0 && c.tp == 1 && c.pp == 1;
 
     using Clock = std::chrono::steady_clock;
     auto seconds = [](Clock::time_point a, Clock::time_point b) {
       return std::chrono::duration<double>(b - a).count();
     };
-    std::vector<double> step, fwd, bwd, exposed, opt, other, gemm, gemm_fwd, opt_alone, comm_alone;
+    std::vector<double> step, fwd, bwd, exposed, opt, other, gemm, gemm_fwd, opt_alone, comm_alone, bubbles;
     train::StepMetrics last;
     auto train_step = [&](bool keep) {
       const auto m = trainer.step();
@@ -83,6 +83,7 @@ int main(int argc, char** argv) {
       exposed.push_back(m.comm_exposed_s);
       opt.push_back(m.optimizer_s);
       other.push_back(m.step_time_s - m.forward_s - m.backward_s - m.comm_exposed_s - m.optimizer_s);
+      if (c.pp > 1) bubbles.push_back(m.bubble_fraction);
     };
     // The process's peak resident memory is read after the untimed steps, before this
     // program allocates anything of its own: it is training's.
@@ -98,8 +99,13 @@ int main(int argc, char** argv) {
     // nothing else. With tensor parallelism, the shapes of this rank's blocks.
     const auto b = static_cast<std::size_t>(c.global_batch / trainer.data_parallel().size() / c.accum);
     std::vector<View2D<float>> acts, ws, dws, dys, dxs;
-    for (std::size_t l = 0; l < c.layers; ++l) {
-      const auto held = trainer.parameters().find("layers." + std::to_string(l) + ".weight").held_shape();
+    std::vector<std::vector<std::int64_t>> weights;  // this rank's layers (its pipeline stage)
+    for (const auto& p : trainer.parameters().parameters())
+      if (p.shape.size() == 2) weights.push_back(p.held_shape());
+    const std::size_t layers = weights.size();
+    const bool first_stage = trainer.parameters().parameters().front().name == "layers.0.weight";
+    for (std::size_t l = 0; l < layers; ++l) {
+      const auto& held = weights[l];
       const auto out = static_cast<std::size_t>(held[0]), in = static_cast<std::size_t>(held[1]);
       acts.emplace_back("x", b, in);
       Kokkos::deep_copy(acts.back(), 0.5f);
@@ -109,7 +115,7 @@ int main(int argc, char** argv) {
       dys.emplace_back("dy", b, out);
       Kokkos::deep_copy(dys.back(), 0.01f);
       dxs.emplace_back("dx", b, in);
-      if (l + 1 == c.layers) acts.emplace_back("y", b, out);
+      if (l + 1 == layers) acts.emplace_back("y", b, out);
     }
     // The two other things a step cannot skip, each alone on every rank at once: the
     // optimizer's update of the parameters this rank updates, and (DDP) the gradient
@@ -127,13 +133,13 @@ int main(int argc, char** argv) {
     auto gemms = [&](bool keep) {
       MPI_Barrier(MPI_COMM_WORLD);
       const auto t0 = Clock::now();
-      for (std::size_t l = 0; l < c.layers; ++l)
+      for (std::size_t l = 0; l < layers; ++l)
         kernels::gemm(kernels::Trans::No, kernels::Trans::Yes, 1.0f, acts[l], ws[l], 0.0f, acts[l + 1]);
       Kokkos::fence();
       const auto t1 = Clock::now();
-      for (std::size_t l = c.layers; l-- > 0;) {
+      for (std::size_t l = layers; l-- > 0;) {
         kernels::gemm(kernels::Trans::Yes, kernels::Trans::No, 1.0f, dys[l], acts[l], 0.0f, dws[l]);
-        if (l > 0) kernels::gemm(kernels::Trans::No, kernels::Trans::No, 1.0f, dys[l], ws[l], 0.0f, dxs[l]);
+        if (l > 0 || !first_stage) kernels::gemm(kernels::Trans::No, kernels::Trans::No, 1.0f, dys[l], ws[l], 0.0f, dxs[l]);
       }
       Kokkos::fence();
       if (!keep) return;
@@ -182,9 +188,14 @@ int main(int argc, char** argv) {
                       median(other), median(gemm), median(gemm_fwd), median(opt_alone), ddp ? median(comm_alone) : 0};
     MPI_Allreduce(MPI_IN_PLACE, med, 10, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     // Memory and traffic of the rank that holds and sends the most.
-    double bytes[5] = {static_cast<double>(last.model_state_bytes), static_cast<double>(last.working_bytes), peak_rss,
-                       last.comm_bytes, last.tp_comm_bytes};
-    MPI_Allreduce(MPI_IN_PLACE, bytes, 5, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    double bytes[6] = {static_cast<double>(last.model_state_bytes), static_cast<double>(last.working_bytes), peak_rss,
+                       last.comm_bytes, last.tp_comm_bytes, last.pp_comm_bytes};
+    MPI_Allreduce(MPI_IN_PLACE, bytes, 6, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    // The pipeline's bubble: each rank's median share of idle time (per rank, and the largest).
+    const double my_bubble = bubbles.empty() ? 0 : median(bubbles);
+    std::vector<double> rank_bubbles(static_cast<std::size_t>(comm->size()));
+    MPI_Allgather(&my_bubble, 1, MPI_DOUBLE, rank_bubbles.data(), 1, MPI_DOUBLE, MPI_COMM_WORLD);
+    const double bubble = *std::max_element(rank_bubbles.begin(), rank_bubbles.end());
     const double compute_step = med[0] - med[5];  // the step without zeroing, loading and the loss average
     // No schedule on these cores can beat doing the three unavoidable parts back to back.
     const double floor = med[6] + med[8] + med[9];
@@ -212,6 +223,15 @@ int main(int argc, char** argv) {
       } else {
         std::printf("  optimizer alone    %9.2f ms (over this rank's shard)\n", med[8] * 1e3);
       }
+      if (c.pp > 1)
+      {
+        std::string per_rank;
+        for (double b : rank_bubbles) per_rank += (per_rank.empty() ? "" : ", ") + std::to_string(b).substr(0, 5);
+        std::printf("  pipeline bubble    %9.3f of the pipeline's span at most (per rank: %s; %s, %d micro-batches, "
+                    "%d stages; the schedule's own: %.3f)\n",
+                    bubble, per_rank.c_str(), c.schedule.c_str(), c.microbatches, c.pp,
+                    (c.pp - 1.0) / (c.microbatches + c.pp - 1.0));
+      }
       const auto mib = [](double b) { return b / (1024.0 * 1024.0); };
       std::printf("  per rank (most):   model state %.1f MiB, working buffers %.1f MiB, peak resident %.1f MiB, "
                   "sent %.1f MiB per step\n",
@@ -232,6 +252,9 @@ int main(int argc, char** argv) {
               {"strategy", trainer.strategy().name()},
               {"zero_stage", c.zero_stage},
               {"tp", c.tp},
+              {"pp", c.pp},
+              {"microbatches", c.microbatches},
+              {"schedule", c.schedule},
               {"layout", trainer.layout()},
               {"zero_prefetch", c.zero.prefetch},
               {"bucket_mb", c.zero_stage == 0 ? c.ddp.bucket_mb : c.zero.bucket_mb},
@@ -254,8 +277,11 @@ int main(int argc, char** argv) {
               {"working", bytes[1]},
               {"peak_resident", bytes[2]},
               {"comm_per_step", bytes[3]},
-              {"tp_comm_per_step", bytes[4]}}},
+              {"tp_comm_per_step", bytes[4]},
+              {"pp_comm_per_step", bytes[5]}}},
             {"steps_per_s", 1 / med[0]},
+            {"bubble_fraction", bubble},
+            {"bubble_fraction_per_rank", rank_bubbles},
             {"exposed_fraction", med[3] / med[0]},
             {"step_over_gemm", med[0] / med[6]},
             {"compute_step_over_gemm", compute_step / med[6]},

@@ -5,7 +5,7 @@ import sys
 
 d = json.load(open(sys.argv[1]))
 m = d["median_s"]
-ddp = d["config"]["strategy"] == "ddp" and d["config"]["tp"] == 1
+ddp = d["config"]["strategy"] == "ddp" and d["config"]["tp"] == 1 and d["config"]["pp"] == 1
 if len(sys.argv) > 2:
     assert d["config"]["strategy"] == sys.argv[2], (d["config"]["strategy"], sys.argv[2])
 for key in ("step", "forward", "backward", "comm_exposed", "optimizer", "other", "gemm_only", "gemm_forward_only",
@@ -23,8 +23,11 @@ else:
 assert m["gemm_forward_only"] < m["gemm_only"], m
 b = d["bytes_per_rank_max"]
 assert b["model_state"] > 0 and b["peak_resident"] > b["model_state"], b
-dp = d["machine"]["ranks"] // d["config"]["tp"]
+dp = d["machine"]["ranks"] // (d["config"]["tp"] * d["config"]["pp"])
 assert b["comm_per_step"] > 0 if dp > 1 else b["comm_per_step"] == 0, b
 assert b["tp_comm_per_step"] > 0 if d["config"]["tp"] > 1 else b["tp_comm_per_step"] == 0, b
+assert b["pp_comm_per_step"] > 0 if d["config"]["pp"] > 1 else b["pp_comm_per_step"] == 0, b
+if d["config"]["pp"] > 1:
+    assert 0 <= d["bubble_fraction"] < 1, d["bubble_fraction"]
 print(f"ok: {d['config']['strategy']} step {m['step'] * 1e3:.2f} ms, step/GEMMs {d['step_over_gemm']:.2f}, "
       f"model state {b['model_state'] / 2**20:.2f} MiB")

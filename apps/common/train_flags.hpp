@@ -58,6 +58,17 @@ struct TrainFlags {
                    "(must divide the ranks and --model.dim); data parallelism runs over the rest")
         ->capture_default_str()
         ->check(whole(1, kMany));
+    app.add_option("--parallel.pp", c.pp,
+                   "pipeline stages: the layers are cut into this many contiguous stages over the ranks")
+        ->capture_default_str()
+        ->check(whole(1, kMany));
+    app.add_option("--parallel.microbatches", c.microbatches,
+                   "pipeline micro-batches each micro-step's batch is cut into (must divide it)")
+        ->capture_default_str()
+        ->check(whole(1, kMany));
+    app.add_option("--parallel.schedule", c.schedule, "pipeline schedule: 1f1b or gpipe")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"1f1b", "gpipe"}));
     app.add_option("--zero.prefetch", c.zero.prefetch, "ZeRO stage 3: layers gathered ahead of the one computing")
         ->capture_default_str()
         ->check(whole(0, kMany));

@@ -64,6 +64,10 @@ int main(int argc, char** argv) {
       throw ConfigError("--save writes whole tensors, and with --parallel.tp " + std::to_string(c.tp) +
                         " every rank holds blocks of them; saving a tensor-parallel run is not supported yet: "
                         "run without --save, or with --parallel.tp 1");
+    if (!save_path.empty() && c.pp > 1)
+      throw ConfigError("--save writes the whole model from rank 0, and with --parallel.pp " + std::to_string(c.pp) +
+                        " rank 0 holds only the first stage; saving a pipeline-parallel run is not supported yet: "
+                        "run without --save, or with --parallel.pp 1");
     const bool root = session.rank() == 0;
     // Output files are checked before any work, on every rank alike; the model file is only
     // replaced at the end of a run that finished.
@@ -88,7 +92,7 @@ int main(int argc, char** argv) {
     if (progress == "none") quiet = true;
     const bool tty = progress == "bar" || (progress == "auto" && isatty(STDOUT_FILENO) != 0 && !launched);
     const std::string layout = trainer.layout();  // collective-free; every rank builds it
-    if (root && !quiet && c.tp > 1) std::printf("tessera-train: layout %s\n", layout.c_str());
+    if (root && !quiet && (c.tp > 1 || c.pp > 1)) std::printf("tessera-train: layout %s\n", layout.c_str());
     if (root && !quiet)
       std::printf(
           "tessera-train: %d ranks (%s, %s), MLP %zu x %zu (%zu parameters), %s, %s, batch %lld x %lld steps, "
@@ -120,7 +124,10 @@ int main(int argc, char** argv) {
                                   {"model_state_bytes", m.model_state_bytes},
                                   {"working_bytes", m.working_bytes},
                                   {"comm_bytes", m.comm_bytes},
-                                  {"tp_comm_bytes", m.tp_comm_bytes}}
+                                  {"tp_comm_bytes", m.tp_comm_bytes},
+                                  {"pp_comm_bytes", m.pp_comm_bytes},
+                                  {"bubble_fraction", m.bubble_fraction},
+                                  {"microbatches_in_flight", m.microbatches_in_flight}}
                        .dump()
                 << "\n";
       }

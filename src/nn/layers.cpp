@@ -166,10 +166,20 @@ View2D<float> GELU::backward(const View2D<const float>& dy) {
 }
 
 MLP::MLP(ParameterStore& store, std::size_t layers, std::size_t dim, const std::string& prefix,
-         comm::Communicator* tp) {
+         comm::Communicator* tp)
+    : MLP(store, layers, dim, prefix, tp, 0, layers) {}
+
+MLP::MLP(ParameterStore& store, std::size_t layers, std::size_t dim, const std::string& prefix, comm::Communicator* tp,
+         std::size_t first, std::size_t count) {
   if (layers == 0 || dim == 0) throw ConfigError("MLP needs at least one layer and a dimension >= 1");
+  if (count == 0 || first + count > layers)
+    throw ConfigError("MLP: layers [" + std::to_string(first) + ", " + std::to_string(first + count) +
+                      ") are not a non-empty range of its " + std::to_string(layers));
   const bool split = tp != nullptr && tp->size() > 1;
-  for (std::size_t i = 0; i < layers; ++i) {
+  if (split && first % 2 == 1)
+    throw ConfigError("a model part that starts at layer " + std::to_string(first) +
+                      " would cut a column-row pair of tensor-parallel layers; start parts at even layers");
+  for (std::size_t i = first; i < first + count; ++i) {
     const std::string name = prefix + "." + std::to_string(i);
     // Column then row; an odd last layer stays whole.
     const TensorSplit how = !split ? TensorSplit::None
@@ -182,6 +192,26 @@ MLP::MLP(ParameterStore& store, std::size_t layers, std::size_t dim, const std::
       linears_.push_back(std::make_unique<Linear>(store, name, dim, dim));
     if (i + 1 < layers) gelus_.push_back(std::make_unique<GELU>());
   }
+}
+
+std::unique_ptr<Linear> Linear::replica() const {
+  std::unique_ptr<Linear> r(new Linear(*this));  // the parameters, the split, the hooks
+  r->x_ = {};                                     // and activations of its own
+  r->y_ = {};
+  r->dx_ = {};
+  r->ones_ = {};
+  return r;
+}
+
+std::unique_ptr<MLP> MLP::replica() const {
+  std::unique_ptr<MLP> r(new MLP());
+  for (const auto& l : linears_) r->linears_.push_back(l->replica());
+  for (std::size_t i = 0; i < gelus_.size(); ++i) r->gelus_.push_back(std::make_unique<GELU>());
+  r->hook_ = hook_;
+  r->acquire_hook_ = acquire_hook_;
+  r->release_hook_ = release_hook_;
+  r->input_grad_ = input_grad_;
+  return r;
 }
 
 void MLP::set_input_grad(bool needed) {

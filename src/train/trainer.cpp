@@ -16,6 +16,13 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
+/// g *= s.
+void scale_in_place(const View2D<float>& g, float s) {
+  const Kokkos::View<float*, DeviceMemorySpace, Kokkos::MemoryUnmanaged> flat(g.data(), g.size());
+  Kokkos::parallel_for(
+      "tessera::scale_dy", Kokkos::RangePolicy<>(0, flat.size()), KOKKOS_LAMBDA(std::size_t i) { flat(i) *= s; });
+}
+
 // A free function: nvcc does not allow a device lambda in a private member function.
 double square_sum(const float* data, std::size_t n) {
   const Kokkos::View<const float*, DeviceMemorySpace, Kokkos::MemoryUnmanaged> g(data, n);
@@ -50,6 +57,22 @@ void TrainConfig::validate() const {
   require(zero.bucket_mb > 0, "--zero.bucket_mb must be > 0 MiB");
   require(max_rank_bytes >= 0, "--zero.max_rank_bytes must be >= 0 (0: no limit of its own)");
   require(tp >= 1, "--parallel.tp must be >= 1");
+  require(pp >= 1, "--parallel.pp must be >= 1");
+  require(microbatches >= 1, "--parallel.microbatches must be >= 1");
+  require(schedule == "1f1b" || schedule == "gpipe",
+          "--parallel.schedule '" + schedule + "' is not a pipeline schedule Tessera has; use 1f1b or gpipe");
+  if (pp > 1) {
+    parallel::stage_layers(layers, pp, 0);  // ConfigError when there are fewer layers than stages
+    if (tp > 1)
+      for (int s = 1; s < pp; ++s) {
+        const auto r = parallel::stage_layers(layers, pp, s);
+        require(r.first % 2 == 0, "with --parallel.tp " + std::to_string(tp) + " every pipeline stage must hold whole "
+                                  "column-row pairs of layers, and stage " + std::to_string(s) + " of " +
+                                  std::to_string(pp) + " would start at layer " + std::to_string(r.first) + " of " +
+                                  std::to_string(layers) + "; choose --model.layers so that " + std::to_string(pp) +
+                                  " stages get an even number of layers each (e.g. " + std::to_string(2 * pp) + ")");
+      }
+  }
   require(tp == 1 || dim % static_cast<std::size_t>(tp) == 0,
           "--parallel.tp " + std::to_string(tp) + " cuts every layer's " + std::to_string(dim) +
               " features into equal blocks, and " + std::to_string(dim) + " does not divide by " + std::to_string(tp) +
@@ -57,7 +80,9 @@ void TrainConfig::validate() const {
 }
 
 double TrainConfig::held_parameters() const {
-  const double d = static_cast<double>(dim), L = static_cast<double>(layers), t = tp;
+  const double d = static_cast<double>(dim), t = tp;
+  // A pipeline stage holds its layers: the first stages, the largest, ceil(layers / pp).
+  const double L = static_cast<double>(pp > 1 ? parallel::stage_layers(layers, pp, 0).count : layers);
   if (tp <= 1) return L * (d * d + d);
   // Column-row pairs (the column layer's weight and bias split, the row layer's weight split
   // and its bias whole); an odd last layer whole.
@@ -68,7 +93,7 @@ double TrainConfig::held_parameters() const {
 TrainConfig::MemoryEstimate TrainConfig::estimate_memory(int ranks) const {
   const double d = static_cast<double>(dim), L = static_cast<double>(layers), f = sizeof(float);
   // The strategies run over the data-parallel ranks; tensor parallelism cuts the replica.
-  const int dp = tp > 1 && ranks % tp == 0 ? ranks / tp : ranks;
+  const int dp = tp * pp > 1 && ranks % (tp * pp) == 0 ? ranks / (tp * pp) : ranks;
   const double n = std::max(1, dp);
   MemoryEstimate e;
   const double params = held_parameters();
@@ -100,7 +125,10 @@ TrainConfig::MemoryEstimate TrainConfig::estimate_memory(int ranks) const {
   // Per micro-batch row: each Linear keeps its output and input gradient, each GELU three
   // buffers; the batch's inputs, targets and loss gradient.
   const double rows = static_cast<double>(global_batch) / n / static_cast<double>(accum);
-  e.activations = rows * d * f * (2 * L + 3 * (L - 1) + 3);
+  const double stage_layers = pp > 1 ? static_cast<double>(parallel::stage_layers(layers, pp, 0).count) : L;
+  // A pipeline keeps the micro-batches in flight: all of them (GPipe) or one per later stage.
+  const double in_flight = pp > 1 && schedule == "1f1b" ? std::min(microbatches, pp) / double(microbatches) : 1.0;
+  e.activations = rows * in_flight * d * f * (2 * stage_layers + 3 * (stage_layers - 1) + 3);
   if (data == "synthetic") {
     // Its samples, and one layer of its teacher at a time with that layer's forward over 256 rows.
     e.data = static_cast<double>(synthetic_samples) * d * f * 2 + (d * d + d) * f * 2 + 256 * d * f * 4;
@@ -110,23 +138,33 @@ TrainConfig::MemoryEstimate TrainConfig::estimate_memory(int ranks) const {
 
 Trainer::Trainer(TrainConfig config, comm::Communicator& comm) : config_(std::move(config)), comm_(comm) {
   config_.validate();
-  if (comm.size() % config_.tp != 0)
-    throw ConfigError("--parallel.tp " + std::to_string(config_.tp) + " does not divide the " +
-                      std::to_string(comm.size()) + " ranks into tensor-parallel groups; choose a divisor of " +
-                      std::to_string(comm.size()));
-  // Data parallelism runs over the ranks that hold the same blocks: all of them, or on a
-  // dp x tp mesh (tp fastest: consecutive ranks share a tensor-parallel group).
-  if (config_.tp > 1) {
-    mesh_ = std::make_unique<comm::DeviceMesh>(comm, comm.size() / config_.tp, config_.tp, 1);
+  const int model_ranks = config_.tp * config_.pp;  // ranks that hold one replica of the model
+  if (comm.size() % model_ranks != 0)
+    throw ConfigError(config_.pp == 1
+                          ? "--parallel.tp " + std::to_string(config_.tp) + " does not divide the " +
+                                std::to_string(comm.size()) + " ranks into tensor-parallel groups; choose a divisor of " +
+                                std::to_string(comm.size())
+                          : "--parallel.tp " + std::to_string(config_.tp) + " x --parallel.pp " +
+                                std::to_string(config_.pp) + " = " + std::to_string(model_ranks) +
+                                " ranks per model replica does not divide the " + std::to_string(comm.size()) +
+                                " ranks; choose sizes whose product divides " + std::to_string(comm.size()));
+  // Data parallelism runs over the ranks that hold the same blocks of the same layers: all
+  // of them, or on a dp x tp x pp mesh (tp fastest: consecutive ranks share a
+  // tensor-parallel group; then dp; then pp).
+  if (model_ranks > 1) {
+    mesh_ = std::make_unique<comm::DeviceMesh>(comm, comm.size() / model_ranks, config_.tp, config_.pp);
     dp_ = &mesh_->dp();
   } else {
     dp_ = &comm;
   }
   const std::int64_t ranks = dp_->size();
-  if (config_.global_batch % (ranks * config_.accum) != 0)
+  const std::int64_t pieces = ranks * config_.accum * (config_.pp > 1 ? config_.microbatches : 1);
+  if (config_.global_batch % pieces != 0)
     throw ConfigError("--train.batch " + std::to_string(config_.global_batch) + " does not divide across " +
-                      std::to_string(ranks) + " ranks x " + std::to_string(config_.accum) +
-                      " micro-steps; choose a multiple of " + std::to_string(ranks * config_.accum));
+                      std::to_string(ranks) + " ranks x " + std::to_string(config_.accum) + " micro-steps" +
+                      (config_.pp > 1 ? " x " + std::to_string(config_.microbatches) + " pipeline micro-batches"
+                                      : std::string()) +
+                      "; choose a multiple of " + std::to_string(pieces));
   // Refuse, before allocating anything, a run that cannot fit (rather than meet the kernel's
   // out-of-memory killer, which ends a process with no message).
   const auto need = config_.estimate_memory(comm.size());
@@ -178,9 +216,12 @@ Trainer::Trainer(TrainConfig config, comm::Communicator& comm) : config_(std::mo
     throw ConfigError(dataset_->describe() + ": more classes than the model's " + std::to_string(config_.dim) +
                       " outputs; raise --model.dim");
 
-  model_ = std::make_unique<nn::MLP>(store_, config_.layers, config_.dim, "layers",
-                                     mesh_ ? &mesh_->tp() : nullptr);
-  model_->set_input_grad(false);  // the input is data: no gradient for it
+  const int stage = mesh_ ? mesh_->coords().pp : 0;
+  const auto part = config_.pp > 1 ? parallel::stage_layers(config_.layers, config_.pp, stage)
+                                   : parallel::StageRange{0, config_.layers};
+  model_ = std::make_unique<nn::MLP>(store_, config_.layers, config_.dim, "layers", mesh_ ? &mesh_->tp() : nullptr,
+                                     part.first, part.count);
+  if (part.first == 0) model_->set_input_grad(false);  // the input is data: no gradient for it
   // Every rank of a tensor-parallel group trains on the same samples.
   sampler_ = std::make_unique<data::DistributedSampler>(dataset_->size(), config_.global_batch, dp_->rank(),
                                                         dp_->size(), config_.seed);
@@ -199,6 +240,20 @@ Trainer::Trainer(TrainConfig config, comm::Communicator& comm) : config_(std::mo
   }
   store_.initialize(config_.seed);
   strategy_->verify_replicas_identical();
+  if (config_.pp > 1) {
+    // One copy of the stage (the same parameters and hooks, activations of its own) per
+    // micro-batch the schedule keeps in flight.
+    const auto schedule = parallel::parse_schedule(config_.schedule);
+    const int needed = parallel::Pipeline::in_flight(schedule, config_.microbatches, config_.pp, stage);
+    std::vector<nn::Module*> modules = {model_.get()};
+    for (int r = 1; r < needed; ++r) {
+      replicas_.push_back(model_->replica());
+      modules.push_back(replicas_.back().get());
+    }
+    const auto rows = static_cast<std::size_t>(config_.global_batch / pieces);
+    pipeline_ = std::make_unique<parallel::Pipeline>(mesh_->pp(), modules, schedule, config_.microbatches, rows,
+                                                     config_.dim, config_.dim);
+  }
   side_ = std::make_unique<kernels::SideQueue>();
 
   if (config_.optimizer == "sgd") {
@@ -228,17 +283,38 @@ Trainer::~Trainer() = default;
 
 std::string Trainer::layout() const {
   if (!mesh_) return "dp " + std::to_string(comm_.size());
-  const int dp = mesh_->dp_size(), tp = mesh_->tp_size();
-  const auto group = [&](bool tensor, int fixed) {
-    std::string g = "{";
-    for (int k = 0; k < (tensor ? tp : dp); ++k)
-      g += (k ? "," : "") + std::to_string(tensor ? mesh_->rank_of({fixed, k, 0}) : mesh_->rank_of({k, fixed, 0}));
-    return g + "}";
+  const int dp = mesh_->dp_size(), tp = mesh_->tp_size(), pp = mesh_->pp_size();
+  // The groups along one axis: every combination of the other two coordinates.
+  const auto groups = [&](char axis) {
+    std::string out;
+    const int n = axis == 't' ? tp : axis == 'd' ? dp : pp;
+    const int a = axis == 't' ? dp : tp, b = axis == 'p' ? dp : pp;
+    for (int j = 0; j < b; ++j)
+      for (int i = 0; i < a; ++i) {
+        out += " {";
+        for (int k = 0; k < n; ++k) {
+          const comm::MeshCoords c = axis == 't'   ? comm::MeshCoords{i, k, j}
+                                     : axis == 'd' ? comm::MeshCoords{k, i, j}
+                                                   : comm::MeshCoords{j, i, k};
+          out += (k ? "," : "") + std::to_string(mesh_->rank_of(c));
+        }
+        out += "}";
+      }
+    return out;
   };
-  std::string out = "dp " + std::to_string(dp) + " x tp " + std::to_string(tp) + ": tensor-parallel groups";
-  for (int d = 0; d < dp; ++d) out += " " + group(true, d);
-  out += "; data-parallel groups";
-  for (int t = 0; t < tp; ++t) out += " " + group(false, t);
+  std::string out = "dp " + std::to_string(dp) + " x tp " + std::to_string(tp);
+  if (pp > 1) out += " x pp " + std::to_string(pp);
+  out += ":";
+  if (tp > 1) out += " tensor-parallel groups" + groups('t') + ";";
+  out += " data-parallel groups" + groups('d');
+  if (pp > 1) {
+    out += "; pipeline groups" + groups('p') + " (stages";
+    for (int s = 0; s < pp; ++s) {
+      const auto r = parallel::stage_layers(config_.layers, pp, s);
+      out += " " + std::to_string(s) + ": layers " + std::to_string(r.first) + "-" + std::to_string(r.first + r.count - 1);
+      out += s + 1 < pp ? "," : ")";
+    }
+  }
   return out;
 }
 
@@ -273,6 +349,7 @@ StepMetrics Trainer::step() {
   const auto start = Clock::now();
   const double bytes_before = dp_->bytes_sent();
   const double tp_bytes_before = mesh_ ? mesh_->tp().bytes_sent() : 0.0;
+  const double pp_bytes_before = mesh_ ? mesh_->pp().bytes_sent() : 0.0;
   // On a trace, each phase of the step is a span (trace::record does nothing when off).
   const auto mark = [](const char* phase, Clock::time_point begin) {
     if (trace::enabled()) trace::record("step", phase, "step", begin, Clock::now());
@@ -282,6 +359,25 @@ StepMetrics Trainer::step() {
   const std::vector<std::int64_t>& local = sampler_->next();
   const std::size_t micro = micro_indices_.size();
   double loss_sum = 0;
+  // Before the backward pass of the step's last micro-step (or pipeline micro-batch).
+  const auto begin_sync = [this] {
+    if (config_.overlap_optimizer) {
+      // Each bucket is updated as soon as its gradients are final: with several ranks when
+      // its reduction completes, while later buckets travel; on one rank during backward,
+      // on a queue of its own beside backward's (a second CUDA stream on a GPU).
+      optimizer_->begin_step();
+      strategy_->begin_step([this](std::size_t offset, std::size_t count) {
+        side_->follow_default();
+        optimizer_->update(offset, count);
+        // With several ranks the update is timed as the optimizer's (on a GPU the reductions
+        // of later buckets run meanwhile on their own streams); on one rank it only queues.
+        if (dp_->size() > 1) side_->space().fence();
+      });
+    } else {
+      strategy_->begin_step();
+    }
+  };
+  double idle = 0, span = 0;
   for (std::int64_t k = 0; k < config_.accum; ++k) {
     std::copy(local.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(k) * micro),
               local.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(k + 1) * micro),
@@ -289,6 +385,39 @@ StepMetrics Trainer::step() {
     const auto loading = Clock::now();
     dataset_->load(micro_indices_, inputs_, targets_, labels_);
     mark("load batch", loading);
+    if (pipeline_) {
+      // The micro-step's batch as M pipeline micro-batches; the last stage computes the loss
+      // of each, whose gradient is divided by every mean it enters (micro-steps, ranks,
+      // micro-batches), and the strategy syncs on the step's very last backward.
+      const int M = config_.microbatches;
+      const std::size_t rows = micro / static_cast<std::size_t>(M);
+      const auto part = [rows](int mb) { return std::make_pair(rows * mb, rows * (mb + 1)); };
+      const float scale = 1.0f / static_cast<float>(config_.accum * dp_->size() * M);
+      const bool last_k = k + 1 == config_.accum;
+      const double sum = pipeline_->run(
+          [&](int mb) -> View2D<const float> { return Kokkos::subview(inputs_, part(mb), Kokkos::ALL()); },
+          [&](int mb, const View2D<const float>& y, View2D<float>& g) {
+            const double l = dataset_->has_labels()
+                                 ? nn::cross_entropy_loss(y, Kokkos::subview(labels_, part(mb)), g)
+                                 : nn::mse_loss(y, Kokkos::subview(targets_, part(mb), Kokkos::ALL()), g);
+            scale_in_place(g, scale);
+            return l;
+          },
+          [&](int mb) {
+            const bool last = last_k && mb + 1 == M;
+            strategy_->set_sync(last);
+            if (last) begin_sync();
+          },
+          [&](int) { strategy_->end_backward(); });
+      loss_sum += sum / M;
+      const auto& ps = pipeline_->last();
+      m.forward_s += ps.forward_s;
+      m.backward_s += ps.backward_s;
+      idle += ps.idle_s;
+      span += ps.span_s;
+      m.microbatches_in_flight = std::max(m.microbatches_in_flight, ps.max_in_flight);
+      continue;
+    }
     auto t = Clock::now();
     auto y = model_->forward(inputs_);
     loss_sum += dataset_->has_labels() ? nn::cross_entropy_loss(y, labels_, dy_) : nn::mse_loss(y, targets_, dy_);
@@ -308,21 +437,7 @@ StepMetrics Trainer::step() {
     // DDP and ZeRO stage 1 add micro-steps up locally and communicate on the last only;
     // stages 2 and 3 keep no whole gradient and reduce every micro-step.
     strategy_->set_sync(last);
-    if (last && config_.overlap_optimizer) {
-      // Each bucket is updated as soon as its gradients are final: with several ranks when
-      // its reduction completes, while later buckets travel; on one rank during backward,
-      // on a queue of its own beside backward's (a second CUDA stream on a GPU).
-      optimizer_->begin_step();
-      strategy_->begin_step([this](std::size_t offset, std::size_t count) {
-        side_->follow_default();
-        optimizer_->update(offset, count);
-        // With several ranks the update is timed as the optimizer's (on a GPU the reductions
-        // of later buckets run meanwhile on their own streams); on one rank it only queues.
-        if (dp_->size() > 1) side_->space().fence();
-      });
-    } else if (last) {
-      strategy_->begin_step();
-    }
+    if (last) begin_sync();
     t = Clock::now();
     model_->backward(dy_);
     Kokkos::DefaultExecutionSpace().fence();
@@ -352,7 +467,11 @@ StepMetrics Trainer::step() {
   m.forward_s -= sync.waited_in_forward_s;
   m.backward_s -= sync.waited_in_backward_s;
   m.comm_bytes = dp_->bytes_sent() - bytes_before;
-  if (mesh_) m.tp_comm_bytes = mesh_->tp().bytes_sent() - tp_bytes_before;
+  m.bubble_fraction = span > 0 ? idle / span : 0;
+  if (mesh_) {
+    m.tp_comm_bytes = mesh_->tp().bytes_sent() - tp_bytes_before;
+    m.pp_comm_bytes = mesh_->pp().bytes_sent() - pp_bytes_before;
+  }
 
   // The loss averaged over the ranks (the ranks of a tensor-parallel group compute the same
   // one). The squared norm: each rank's updates summed its range; a parameter every rank of
@@ -365,7 +484,9 @@ StepMetrics Trainer::step() {
   mark("loss and norm", averaging);
   grad_sq = strategy_->sharded_update() ? sums[1] : sums[1] / static_cast<double>(dp_->size());
   m.step = ++steps_done_;
-  m.loss = sums[0] / static_cast<double>(comm_.size());
+  // Only the last pipeline stage computes the loss: the sum over the ranks of one replica's
+  // last stage, over the replicas.
+  m.loss = sums[0] / static_cast<double>(comm_.size() / config_.pp);
   // Every replica applied the same averaged gradients, so every rank sees the same norm and
   // the same loss, and stops alike.
   m.grad_norm = std::sqrt(grad_sq);

@@ -16,30 +16,12 @@
 
 namespace {
 using namespace tessera;
+using test::block_of;
 using test::world;
 
 std::vector<float> host(const View1D<float>& v) {
   const auto h = test::host_copy(v);
   return std::vector<float>(h.data(), h.data() + h.size());
-}
-
-/// The block `p` holds, cut out of the whole tensor's values `whole` (row-major, p.shape).
-std::vector<float> block_of(const nn::Parameter& p, const std::vector<float>& whole) {
-  if (p.shard.parts == 1) return whole;
-  const auto held = p.held_shape();
-  std::vector<float> out;
-  if (p.shape.size() == 1) {
-    const auto n = static_cast<std::size_t>(held[0]), at = n * static_cast<std::size_t>(p.shard.index);
-    return std::vector<float>(whole.begin() + static_cast<std::ptrdiff_t>(at),
-                              whole.begin() + static_cast<std::ptrdiff_t>(at + n));
-  }
-  const auto rows = static_cast<std::size_t>(held[0]), cols = static_cast<std::size_t>(held[1]);
-  const auto all_cols = static_cast<std::size_t>(p.shape[1]);
-  const std::size_t r0 = p.shard.axis == 0 ? rows * static_cast<std::size_t>(p.shard.index) : 0;
-  const std::size_t c0 = p.shard.axis == 1 ? cols * static_cast<std::size_t>(p.shard.index) : 0;
-  for (std::size_t r = 0; r < rows; ++r)
-    for (std::size_t c = 0; c < cols; ++c) out.push_back(whole[(r0 + r) * all_cols + c0 + c]);
-  return out;
 }
 
 /// A model and its store: whole (tp nullptr) or split over `tp`.

@@ -41,8 +41,12 @@ class Linear final : public Module {
   View2D<float> backward(const View2D<const float>& dy) override;
   Parameter& weight() { return *weight_; }
   Parameter* bias() { return bias_; }
+  /// A layer on the same parameters (and hooks) with activations of its own: one per
+  /// micro-batch a pipeline keeps in flight.
+  std::unique_ptr<Linear> replica() const;
 
  private:
+  Linear(const Linear&) = default;
   std::size_t in_, out_;  // as this rank's block sees them
   TensorSplit split_ = TensorSplit::None;
   comm::Communicator* tp_ = nullptr;
@@ -72,10 +76,18 @@ class GELU final : public Module {
 /// each pair costs one all_reduce in forward and one in backward. With an odd number of
 /// layers the last one is whole on every rank (its input and output are whole, and every
 /// rank computes the same gradients). The model's input and output are whole on every rank.
+///
+/// A pipeline stage builds only layers [first, first + count) of the `layers`-layer model
+/// (names and GELUs as in the whole model).
 class MLP final : public Module {
  public:
   MLP(ParameterStore& store, std::size_t layers, std::size_t dim, const std::string& prefix = "layers",
       comm::Communicator* tp = nullptr);
+  MLP(ParameterStore& store, std::size_t layers, std::size_t dim, const std::string& prefix, comm::Communicator* tp,
+      std::size_t first, std::size_t count);
+  /// A model on the same parameters (and hooks) with activations of its own: one per
+  /// micro-batch a pipeline keeps in flight.
+  std::unique_ptr<MLP> replica() const;
   View2D<float> forward(const View2D<const float>& x) override;
   View2D<float> backward(const View2D<const float>& dy) override;
   void set_grad_ready_hook(GradReadyHook hook) override;
@@ -86,6 +98,7 @@ class MLP final : public Module {
   Linear& layer(std::size_t i) { return *linears_[i]; }
 
  private:
+  MLP() = default;
   std::vector<std::unique_ptr<Linear>> linears_;
   std::vector<std::unique_ptr<GELU>> gelus_;
 };

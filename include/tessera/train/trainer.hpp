@@ -16,6 +16,7 @@
 #include <tessera/nn/layers.hpp>
 #include <tessera/optim/optimizer.hpp>
 #include <tessera/parallel/ddp.hpp>
+#include <tessera/parallel/pipeline.hpp>
 #include <tessera/parallel/zero.hpp>
 
 namespace tessera::kernels {
@@ -47,6 +48,12 @@ struct TrainConfig {
   /// Tensor-parallel group size: the ranks form a dp x tp mesh (dp = ranks / tp), and the
   /// MLP's layers are split over each tp group (nn::MLP). Strategies run on the dp axis.
   int tp = 1;
+  /// Pipeline stages: the layers are cut into pp contiguous stages over the pp axis of a
+  /// dp x tp x pp mesh, and each micro-step's batch runs as `microbatches` micro-batches
+  /// under `schedule` ("1f1b" or "gpipe").
+  int pp = 1;
+  int microbatches = 1;
+  std::string schedule = "1f1b";
   /// Memory a rank may use, in bytes (0: what the node or GPU has, see memory_budget()). A
   /// run whose estimate exceeds it is refused before anything is allocated.
   double max_rank_bytes = 0;
@@ -91,6 +98,12 @@ struct StepMetrics {
   double comm_bytes = 0;
   /// Bytes this rank sent within its tensor-parallel group (activations and their gradients).
   double tp_comm_bytes = 0;
+  /// Bytes this rank sent to its pipeline neighbours (activations forward, gradients back).
+  double pp_comm_bytes = 0;
+  /// Pipeline parallelism: the share of the pipeline's span this stage waited for a
+  /// neighbour (the "bubble"), and the micro-batches it held in flight at most.
+  double bubble_fraction = 0;
+  std::size_t microbatches_in_flight = 0;
 };
 
 class Trainer {
@@ -123,7 +136,7 @@ class Trainer {
  private:
   TrainConfig config_;
   comm::Communicator& comm_;
-  std::unique_ptr<comm::DeviceMesh> mesh_;  // with tensor parallelism
+  std::unique_ptr<comm::DeviceMesh> mesh_;  // with tensor or pipeline parallelism
   comm::Communicator* dp_ = nullptr;
   double replicated_grad_square() const;   // over parameters every tp rank holds whole
   nn::ParameterStore store_;
@@ -131,6 +144,8 @@ class Trainer {
   std::unique_ptr<data::Dataset> dataset_;
   std::unique_ptr<data::DistributedSampler> sampler_;
   std::unique_ptr<parallel::DataParallelStrategy> strategy_;
+  std::vector<std::unique_ptr<nn::MLP>> replicas_;  // pipeline: one more per micro-batch in flight
+  std::unique_ptr<parallel::Pipeline> pipeline_;
   std::unique_ptr<optim::Optimizer> optimizer_;
   std::unique_ptr<kernels::SideQueue> side_;  // where the optimizer's kernels run
   View2D<float> inputs_, targets_, dy_;

@@ -1,0 +1,266 @@
+// Pipeline parallelism proven against the whole model in one process: each rank holds one
+// stage of a 5-layer MLP, a batch runs as M micro-batches under GPipe and 1F1B, and every
+// stage ends with the whole model's gradients of its layers (the batch's mean loss).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include <tessera/nn/layers.hpp>
+#include <tessera/parallel/pipeline.hpp>
+#include <tessera/train/trainer.hpp>
+#include <tessera/tessera.hpp>
+
+#include "test_support.hpp"
+
+namespace {
+using namespace tessera;
+using test::world;
+
+constexpr std::size_t kLayers = 5, kDim = 8, kRows = 12;
+
+std::vector<float> host(const View1D<float>& v) {
+  const auto h = test::host_copy(v);
+  return std::vector<float>(h.data(), h.data() + h.size());
+}
+
+View2D<float> filled(std::size_t rows, std::size_t cols, std::uint64_t salt) {
+  std::vector<float> v(rows * cols);
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = std::sin(0.29f * static_cast<float>(i + salt));
+  return test::device_matrix(rows, cols, v);
+}
+
+/// g *= s, through a host copy (the view may live on a GPU).
+void scale(const View2D<float>& g, float s) {
+  auto h = test::host_copy(g);
+  for (std::size_t i = 0; i < h.extent(0); ++i)
+    for (std::size_t j = 0; j < h.extent(1); ++j) h(i, j) *= s;
+  Kokkos::deep_copy(g, h);
+}
+
+TEST(PipelineStages, AreContiguousBalancedAndCoverTheModel) {
+  for (std::size_t layers : {1u, 2u, 5u, 8u, 9u})
+    for (int stages = 1; stages <= static_cast<int>(std::min<std::size_t>(layers, 4)); ++stages) {
+      std::size_t next = 0, lo = layers, hi = 0;
+      for (int s = 0; s < stages; ++s) {
+        const auto r = parallel::stage_layers(layers, stages, s);
+        EXPECT_EQ(r.first, next);
+        next = r.first + r.count;
+        lo = std::min(lo, r.count);
+        hi = std::max(hi, r.count);
+      }
+      EXPECT_EQ(next, layers);
+      EXPECT_LE(hi - lo, 1u);
+      EXPECT_GE(lo, 1u);
+    }
+  EXPECT_THROW_WITH(parallel::stage_layers(3, 4, 0), ConfigError, "needs at least 4 layers, one per stage");
+}
+
+TEST(Pipeline, EveryScheduleGivesTheWholeModelsLossAndGradients) {
+  const int P = world().size(), stage = world().rank();
+  const auto x = filled(kRows, kDim, 1), t = filled(kRows, kDim, 2);
+  // The reference: the whole model, the whole batch, in this process.
+  nn::ParameterStore whole_store;
+  nn::MLP whole(whole_store, kLayers, kDim);
+  whole_store.initialize(9);
+  View2D<float> dy;
+  const float whole_loss = nn::mse_loss(whole.forward(x), t, dy);
+  whole.backward(dy);
+  for (auto schedule : {parallel::Schedule::GPipe, parallel::Schedule::OneFOneB})
+    for (int M : {1, 2, 3, 4, 6}) {
+      const std::string what = std::string(parallel::schedule_name(schedule)) + ", " + std::to_string(M) +
+                               " micro-batches, stage " + std::to_string(stage) + " of " + std::to_string(P);
+      const auto range = parallel::stage_layers(kLayers, P, stage);
+      nn::ParameterStore store;
+      nn::MLP part(store, kLayers, kDim, "layers", nullptr, range.first, range.count);
+      store.initialize(9);
+      std::vector<std::unique_ptr<nn::MLP>> replicas;
+      std::vector<nn::Module*> modules;
+      for (int r = 0; r < parallel::Pipeline::in_flight(schedule, M, P, stage); ++r) {
+        replicas.push_back(part.replica());
+        modules.push_back(replicas.back().get());
+      }
+      const std::size_t rows = kRows / static_cast<std::size_t>(M);
+      parallel::Pipeline pipe(world(), modules, schedule, M, rows, kDim, kDim);
+      const auto slice = [&](const View2D<float>& v, int m) {
+        return Kokkos::subview(v, std::make_pair(rows * static_cast<std::size_t>(m), rows * (m + 1ul)), Kokkos::ALL());
+      };
+      store.zero_grad();
+      const double loss_sum = pipe.run([&](int m) -> View2D<const float> { return slice(x, m); },
+                                       [&](int m, const View2D<const float>& y, View2D<float>& g) {
+                                         const double l = nn::mse_loss(y, slice(t, m), g);
+                                         scale(g, 1.0f / static_cast<float>(M));  // the mean over micro-batches
+                                         return l;
+                                       });
+      store.settle_grads();
+      if (stage == P - 1) {
+        EXPECT_NEAR(loss_sum / M, whole_loss, 1e-6 * whole_loss) << what;
+      }
+      for (auto& p : store.parameters())
+        test::expect_same_parameters(host(whole_store.find(p.name).grad), host(p.grad), 1e-5, what + ", " + p.name);
+      const auto& s = pipe.last();
+      const std::size_t bound = schedule == parallel::Schedule::GPipe ? M : std::min(M, P - stage);
+      EXPECT_EQ(s.max_in_flight, bound) << what;
+      EXPECT_GE(s.span_s, s.idle_s);
+    }
+}
+}  // namespace
+
+// Through the trainer: stages on the pp axis of a dp x tp x pp mesh, with DDP or ZeRO on the
+// dp axis, against one process on the same global batch.
+namespace {
+struct Layout {
+  int tp, pp, zero;
+  const char* schedule;
+};
+
+/// The layouts this world size can run (the list where it fits).
+std::vector<Layout> layouts() {
+  switch (world().size()) {
+    case 2:
+      return {{1, 2, 0, "gpipe"}, {1, 2, 0, "1f1b"}, {1, 2, 1, "1f1b"}, {1, 2, 2, "1f1b"}, {1, 2, 3, "gpipe"}};
+    case 3:
+      return {{1, 3, 0, "1f1b"}, {1, 3, 2, "gpipe"}};
+    case 4:
+      return {{1, 4, 0, "1f1b"}, {1, 4, 0, "gpipe"}, {1, 2, 0, "1f1b"}, {1, 2, 2, "1f1b"}, {2, 2, 0, "1f1b"},
+              {2, 2, 3, "gpipe"}};
+    case 8:
+      return {{2, 2, 2, "1f1b"}};
+    default:
+      return {};
+  }
+}
+
+train::TrainConfig pp_config() {
+  train::TrainConfig c;
+  c.layers = 4;
+  c.dim = 12;
+  c.global_batch = 24;
+  c.steps = 10;
+  c.synthetic_samples = 480;
+  c.teacher_layers = 2;
+  c.seed = 13;
+  c.microbatches = 3;
+  return c;
+}
+
+std::string label(const Layout& l) {
+  return "tp " + std::to_string(l.tp) + " x pp " + std::to_string(l.pp) + ", zero " + std::to_string(l.zero) + ", " +
+         l.schedule;
+}
+
+train::TrainConfig with(train::TrainConfig c, const Layout& l) {
+  c.tp = l.tp;
+  c.pp = l.pp;
+  c.zero_stage = l.zero;
+  c.schedule = l.schedule;
+  return c;
+}
+
+void expect_blocks_match(train::Trainer& reference, train::Trainer& run, const std::string& what) {
+  const auto local = parallel::gather_values(run.parameters(), run.data_parallel());
+  ASSERT_FALSE(run.parameters().parameters().empty()) << what;
+  for (auto& p : run.parameters().parameters()) {
+    const std::vector<float> got(local.begin() + static_cast<std::ptrdiff_t>(p.offset),
+                                 local.begin() + static_cast<std::ptrdiff_t>(p.offset + p.numel));
+    test::expect_same_parameters(test::block_of(p, host(reference.parameters().find(p.name).value)), got, 1e-5,
+                                 what + ", " + p.name);
+  }
+}
+
+TEST(PipelineTraining, SGDMatchesTheSingleProcessRunOnEveryLayout) {
+  if (layouts().empty()) GTEST_SKIP() << "no pipeline layout for " << world().size() << " ranks here";
+  auto c = pp_config();
+  c.optimizer = "sgd";
+  c.lr = 0.05f;
+  c.momentum = 0.9f;
+  train::Trainer reference(c, test::self());
+  reference.run();
+  for (const auto& l : layouts()) {
+    train::Trainer run(with(c, l), world());
+    run.run();
+    expect_blocks_match(reference, run, label(l));
+  }
+}
+
+TEST(PipelineTraining, AdamWPerStepLossesAndGradientNormsMatchTheSingleProcessRun) {
+  if (layouts().empty()) GTEST_SKIP() << "no pipeline layout for " << world().size() << " ranks here";
+  for (const auto& l : layouts()) {
+    auto c = pp_config();
+    train::Trainer reference(c, test::self());
+    train::Trainer run(with(c, l), world());
+    for (int s = 0; s < 10; ++s) {
+      const auto a = reference.step(), b = run.step();
+      EXPECT_NEAR(b.loss, a.loss, 1e-5 * std::fabs(a.loss)) << label(l) << ", step " << s + 1;
+      EXPECT_NEAR(b.grad_norm, a.grad_norm, 1e-5 * a.grad_norm) << label(l) << ", step " << s + 1;
+      // 1F1B keeps at most P - stage micro-batches alive; GPipe all of them.
+      const int stage = world().rank() / (world().size() / l.pp);
+      const std::size_t bound = std::string(l.schedule) == "gpipe" ? 3u : std::min(3, l.pp - stage);
+      EXPECT_EQ(b.microbatches_in_flight, bound) << label(l) << " on rank " << world().rank();
+      EXPECT_GE(b.bubble_fraction, 0.0);
+      EXPECT_LT(b.bubble_fraction, 1.0);
+    }
+  }
+}
+
+TEST(PipelineTraining, AccumulationAndPipelineMicroBatchesTogether) {
+  if (world().size() != 2) GTEST_SKIP() << "run on 2 ranks";
+  auto c = pp_config();
+  c.optimizer = "sgd";
+  c.lr = 0.05f;
+  c.global_batch = 48;
+  c.steps = 4;
+  train::Trainer reference(c, test::self());
+  reference.run();
+  c.accum = 2;
+  c.pp = 2;
+  c.microbatches = 4;
+  train::Trainer run(c, world());
+  run.run();
+  expect_blocks_match(reference, run, "accum 2 x 4 micro-batches");
+}
+
+TEST(PipelineTraining, LayoutsThatCannotRunAreConfigErrors) {
+  auto c = pp_config();
+  c.pp = 5;  // 4 layers
+  EXPECT_THROW_WITH(train::Trainer(c, world()), ConfigError, "needs at least 5 layers, one per stage");
+  c.pp = 2;
+  c.microbatches = 5;  // 24 samples do not cut into 5 micro-batches
+  if (world().size() % 2 == 0) {
+    EXPECT_THROW_WITH(train::Trainer(c, world()), ConfigError, "pipeline micro-batches");
+  }
+  c.microbatches = 2;
+  c.tp = 2;
+  c.layers = 6;  // stages of 3 layers would cut a column-row pair
+  EXPECT_THROW_WITH(train::Trainer(c, world()), ConfigError, "every pipeline stage must hold whole column-row pairs");
+  c.tp = 1;
+  c.layers = 4;
+  c.schedule = "zigzag";
+  EXPECT_THROW_WITH(train::Trainer(c, world()), ConfigError, "use 1f1b or gpipe");
+  if (world().size() % 2 == 1) {
+    c.schedule = "1f1b";
+    EXPECT_THROW_WITH(train::Trainer(c, world()), ConfigError, "ranks per model replica does not divide");
+  }
+}
+}  // namespace
+
+namespace {
+TEST(PipelineTraining, ModelStateBytesAreThoseOfTheStagesLayers) {
+  if (world().size() < 2) GTEST_SKIP() << "one rank holds every layer";
+  if (world().size() % 2 != 0) GTEST_SKIP() << "2 stages do not divide " << world().size() << " ranks";
+  auto c = pp_config();
+  c.pp = 2;
+  c.steps = 1;
+  const int dp = world().size() / 2, stage = world().rank() / dp;
+  const std::size_t layers = parallel::stage_layers(c.layers, 2, stage).count;
+  const std::size_t held = layers * (c.dim * c.dim + c.dim);
+  for (int zero : {0, 3}) {
+    c.zero_stage = zero;
+    train::Trainer run(c, world());
+    const auto m = run.step();
+    EXPECT_EQ(run.parameters().numel(), held);
+    const std::size_t shard = parallel::FlatPartition(held, dp, c.zero.align).size(run.data_parallel().rank());
+    EXPECT_EQ(m.model_state_bytes, zero == 0 ? 16 * held : 16 * shard) << "zero " << zero << ", stage " << stage;
+  }
+}
+}  // namespace
