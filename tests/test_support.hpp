@@ -13,6 +13,8 @@
 #include <tessera/comm/communicator.hpp>
 #include <tessera/core/memory.hpp>
 #include <tessera/nn/parameter.hpp>
+#include <tessera/parallel/zero.hpp>
+#include <tessera/train/trainer.hpp>
 
 namespace tessera::test {
 
@@ -125,5 +127,24 @@ inline std::vector<float> block_of(const nn::Parameter& p, const std::vector<flo
   return out;
 }
 
+
+/// A view's contents as a host vector.
+inline std::vector<float> host(const View1D<float>& v) {
+  const auto h = host_copy(v);
+  return std::vector<float>(h.data(), h.data() + h.size());
+}
+
+/// Each parameter's block as `run` holds it (gathered over its data-parallel ranks where ZeRO
+/// shards it) against the block of the same parameter, whole, in `reference`.
+inline void expect_blocks_match(train::Trainer& reference, train::Trainer& run, const std::string& what) {
+  const auto local = parallel::gather_values(run.parameters(), run.data_parallel());
+  ASSERT_FALSE(run.parameters().parameters().empty()) << what;
+  for (auto& p : run.parameters().parameters()) {
+    const std::vector<float> got(local.begin() + static_cast<std::ptrdiff_t>(p.offset),
+                                 local.begin() + static_cast<std::ptrdiff_t>(p.offset + p.numel));
+    expect_same_parameters(block_of(p, host(reference.parameters().find(p.name).value)), got, 1e-5,
+                           what + ", " + p.name);
+  }
+}
 
 }  // namespace tessera::test

@@ -80,7 +80,6 @@ struct ZeroDataParallel::Slot {
 
 struct ZeroDataParallel::Gathered {
   bool live = false;    // gathered, or its gather in flight
-  bool direct = false;  // lies in this rank's shard: the values are read where they are kept
   std::unique_ptr<View1D<float>> buffer;
   float* base = nullptr;
   int users = 0;  // parameters acquired and not yet released
@@ -148,7 +147,8 @@ ZeroDataParallel::ZeroDataParallel(nn::Module& model, nn::ParameterStore& store,
     for (auto* p : buckets_[b].parameters) bucket_of_[p] = b;
   const std::size_t nb = buckets_.size();
   pending_.assign(nb, 0);
-  unreleased_.assign(nb, 0);
+  for (const auto& bucket : buckets_) largest_bucket_ = std::max(largest_bucket_, bucket.numel);
+  for (const auto& unit : units_) largest_unit_ = std::max(largest_unit_, unit.numel);
   slot_of_.assign(nb, -1);
   work_.resize(nb);
   launched_.assign(nb, 0);
@@ -241,11 +241,10 @@ ZeroDataParallel::Slot& ZeroDataParallel::slot_for(std::size_t b) {
       }
   }
   if (free_slots_.empty()) {
-    std::size_t cap = 0;
-    for (const auto& bucket : buckets_) cap = std::max(cap, bucket.numel);
     auto s = std::make_unique<Slot>();
-    if (options_.stage >= 2) s->grad = View1D<float>("tessera::zero::bucket", cap);
-    if (options_.grad_dtype == DType::BFloat16) s->wire = View1D<bfloat16>("tessera::zero::bucket_bf16", cap);
+    if (options_.stage >= 2) s->grad = View1D<float>("tessera::zero::bucket", largest_bucket_);
+    if (options_.grad_dtype == DType::BFloat16)
+      s->wire = View1D<bfloat16>("tessera::zero::bucket_bf16", largest_bucket_);
     track(static_cast<std::ptrdiff_t>(s->grad.size() * sizeof(float) + s->wire.size() * sizeof(bfloat16)));
     slots_.push_back(std::move(s));
     free_slots_.push_back(static_cast<int>(slots_.size()) - 1);
@@ -457,18 +456,15 @@ void ZeroDataParallel::gather(std::size_t u) {
   const std::size_t lo = unit.offset, hi = unit.offset + unit.numel;
   const std::size_t mine = partition_.begin(rank_);
   const auto [own_lo, own_hi] = overlap(lo, hi, mine, partition_.end(rank_));
-  g.direct = own_lo == lo && own_hi == hi;
-  if (g.direct) {
+  if (own_lo == lo && own_hi == hi) {  // in this rank's shard: read where it is kept
     g.base = store_.values().data() + (lo - mine);
   } else {
     if (!gather_pool_.empty()) {
       g.buffer = std::move(gather_pool_.back());
       gather_pool_.pop_back();
     } else {
-      std::size_t cap = 0;
-      for (const auto& x : units_) cap = std::max(cap, x.numel);
-      g.buffer = std::make_unique<View1D<float>>("tessera::zero::gathered", cap);
-      track(static_cast<std::ptrdiff_t>(cap * sizeof(float)));
+      g.buffer = std::make_unique<View1D<float>>("tessera::zero::gathered", largest_unit_);
+      track(static_cast<std::ptrdiff_t>(largest_unit_ * sizeof(float)));
     }
     g.base = g.buffer->data();
     if (own_lo < own_hi) copy(store_.values().data() + (own_lo - mine), g.base + (own_lo - lo), own_hi - own_lo);
@@ -523,7 +519,6 @@ void ZeroDataParallel::drop(std::size_t u) {
   for (auto* p : units_[u].parameters) p->value = View1D<float>();
   if (g.buffer) gather_pool_.push_back(std::move(g.buffer));
   g.live = false;
-  g.direct = false;
   g.base = nullptr;
   g.users = 0;
   --gathers_live_;

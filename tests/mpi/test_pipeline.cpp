@@ -15,14 +15,11 @@
 
 namespace {
 using namespace tessera;
+using test::expect_blocks_match;
+using test::host;
 using test::world;
 
 constexpr std::size_t kLayers = 5, kDim = 8, kRows = 12;
-
-std::vector<float> host(const View1D<float>& v) {
-  const auto h = test::host_copy(v);
-  return std::vector<float>(h.data(), h.data() + h.size());
-}
 
 View2D<float> filled(std::size_t rows, std::size_t cols, std::uint64_t salt) {
   std::vector<float> v(rows * cols);
@@ -155,17 +152,6 @@ train::TrainConfig with(train::TrainConfig c, const Layout& l) {
   c.zero_stage = l.zero;
   c.schedule = l.schedule;
   return c;
-}
-
-void expect_blocks_match(train::Trainer& reference, train::Trainer& run, const std::string& what) {
-  const auto local = parallel::gather_values(run.parameters(), run.data_parallel());
-  ASSERT_FALSE(run.parameters().parameters().empty()) << what;
-  for (auto& p : run.parameters().parameters()) {
-    const std::vector<float> got(local.begin() + static_cast<std::ptrdiff_t>(p.offset),
-                                 local.begin() + static_cast<std::ptrdiff_t>(p.offset + p.numel));
-    test::expect_same_parameters(test::block_of(p, host(reference.parameters().find(p.name).value)), got, 1e-5,
-                                 what + ", " + p.name);
-  }
 }
 
 TEST(PipelineTraining, SGDMatchesTheSingleProcessRunOnEveryLayout) {

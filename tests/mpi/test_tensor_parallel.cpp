@@ -17,12 +17,9 @@
 namespace {
 using namespace tessera;
 using test::block_of;
+using test::expect_blocks_match;
+using test::host;
 using test::world;
-
-std::vector<float> host(const View1D<float>& v) {
-  const auto h = test::host_copy(v);
-  return std::vector<float>(h.data(), h.data() + h.size());
-}
 
 /// A model and its store: whole (tp nullptr) or split over `tp`.
 struct Model {
@@ -38,10 +35,6 @@ View2D<float> filled(std::size_t rows, std::size_t cols, std::uint64_t salt) {
   std::vector<float> v(rows * cols);
   for (std::size_t i = 0; i < v.size(); ++i) v[i] = std::sin(0.37f * static_cast<float>(i + salt));
   return test::device_matrix(rows, cols, v);
-}
-
-void expect_close(const std::vector<float>& want, const std::vector<float>& got, double rel, const std::string& what) {
-  test::expect_same_parameters(want, got, rel, what);
 }
 
 constexpr std::size_t kDim = 12;  // divides by 1, 2, 3 and 4 ranks
@@ -81,7 +74,7 @@ TEST(TensorParallel, OutputsAndGradientsMatchTheWholeModel) {
     for (std::size_t i = 0; i < a.extent(0); ++i)
       for (std::size_t j = 0; j < a.extent(1); ++j) EXPECT_NEAR(b(i, j), a(i, j), 1e-5) << layers << " layers";
     for (auto& p : split.store.parameters())
-      expect_close(block_of(p, host(whole.store.find(p.name).grad)), host(p.grad), 1e-5,
+      test::expect_same_parameters(block_of(p, host(whole.store.find(p.name).grad)), host(p.grad), 1e-5,
                    std::to_string(layers) + " layers, gradient of " + p.name);
     EXPECT_EQ(dx_split.extent(1), kDim) << "the input gradient is whole on every rank";
   }
@@ -111,7 +104,7 @@ TEST(TensorParallel, TenSGDStepsEndWithTheWholeModelsParameters) {
     for (std::size_t i = 0; i < before.size(); ++i) moved = std::max(moved, std::fabs(double(before[i]) - after[i]));
     EXPECT_GT(moved, 1e-3) << "the steps must change the parameters, or the comparison proves nothing";
     for (auto& p : split.store.parameters())
-      expect_close(block_of(p, host(whole.store.find(p.name).value)), host(p.value), 1e-5,
+      test::expect_same_parameters(block_of(p, host(whole.store.find(p.name).value)), host(p.value), 1e-5,
                    std::to_string(layers) + " layers, " + p.name);
   }
 }
@@ -145,17 +138,6 @@ std::vector<int> tp_sizes() {
   for (int t : {2, 4})
     if (world().size() % t == 0) out.push_back(t);
   return out;
-}
-
-/// Each parameter's block, as this rank holds it after training (gathered over the data-
-/// parallel ranks when ZeRO shards it), against the block of the reference's whole tensor.
-void expect_blocks_match(train::Trainer& reference, train::Trainer& run, const std::string& what) {
-  const auto local = parallel::gather_values(run.parameters(), run.data_parallel());
-  for (auto& p : run.parameters().parameters()) {
-    const std::vector<float> got(local.begin() + static_cast<std::ptrdiff_t>(p.offset),
-                                 local.begin() + static_cast<std::ptrdiff_t>(p.offset + p.numel));
-    expect_close(block_of(p, host(reference.parameters().find(p.name).value)), got, 1e-5, what + ", " + p.name);
-  }
 }
 
 std::string label(std::size_t layers, int t, int stage) {

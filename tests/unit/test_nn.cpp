@@ -22,6 +22,7 @@ namespace {
 using namespace tessera;
 using test::device_array;
 using test::device_matrix;
+using test::host;
 using test::host_copy;
 
 TEST(Philox, MatchesRandom123KnownAnswers) {
@@ -38,11 +39,6 @@ TEST(Philox, MatchesRandom123KnownAnswers) {
   EXPECT_EQ(c.v[1], 0x94fdccebu);
   EXPECT_EQ(c.v[2], 0x5001e420u);
   EXPECT_EQ(c.v[3], 0x24126ea1u);
-}
-
-std::vector<float> host(const View1D<float>& v) {
-  const auto h = host_copy(v);
-  return std::vector<float>(h.data(), h.data() + h.size());
 }
 
 TEST(Init, ValuesDependOnlyOnSeedNameAndIndex) {

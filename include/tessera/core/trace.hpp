@@ -32,22 +32,4 @@ std::vector<Event> stop();
 void record(const char* category, std::string name, std::string track, Clock::time_point begin,
             Clock::time_point end);
 
-/// Records its own lifetime as an event on the "step" track.
-class Scope {
- public:
-  explicit Scope(const char* name) : name_(name), on_(enabled()) {
-    if (on_) begin_ = Clock::now();
-  }
-  ~Scope() {
-    if (on_) record("step", name_, "step", begin_, Clock::now());
-  }
-  Scope(const Scope&) = delete;
-  Scope& operator=(const Scope&) = delete;
-
- private:
-  const char* name_;
-  bool on_;
-  Clock::time_point begin_;
-};
-
 }  // namespace tessera::trace

@@ -123,8 +123,8 @@ class ZeroDataParallel final : public DataParallelStrategy {
   std::vector<Bucket> buckets_;
   std::unordered_map<const nn::Parameter*, std::size_t> bucket_of_;
   std::vector<std::size_t> pending_;    // per bucket: gradients not yet ready this micro-step
-  std::vector<std::size_t> unreleased_; // per bucket: parameters backward may still read
   std::vector<int> slot_of_;            // per bucket: its slot, or -1
+  std::size_t largest_bucket_ = 0, largest_unit_ = 0;  // the lent buffers' capacities
   std::vector<std::vector<comm::Work>> work_;
   std::vector<std::uint8_t> launched_, harvested_, handed_, accumulated_;
   std::vector<std::size_t> launch_order_;
