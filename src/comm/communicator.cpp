@@ -305,6 +305,10 @@ class CommState {
 
   void complete(Transfer& t, std::exception_ptr error) {
     WorkState& w = *t.work;
+    // On a trace, each send and receive is a span on its communicator's track, from being
+    // posted to completing (the caller's own waits for it are on its step track).
+    if (trace::enabled())
+      trace::record("transfer", describe(w.op), "comm " + options.name, w.started_at, trace::Clock::now());
     {
       std::lock_guard<std::mutex> lock(w.mutex);
       w.error = std::move(error);

@@ -94,10 +94,8 @@ View2D<float> Linear::forward(const View2D<const float>& x) {
   return y_;
 }
 
-View2D<float> Linear::backward(const View2D<const float>& dy) {
+void Linear::weight_gradients(const View2D<const float>& dy) {
   const std::size_t batch = dy.extent(0);
-  acquire(*weight_, Pass::Backward);
-  if (bias_ != nullptr) acquire(*bias_, Pass::Backward);
   // dW += dy^T x
   kernels::gemm(Trans::Yes, Trans::No, 1.0f, dy, x_, weight_->take_grad_beta(), weight_->grad2d());
   grad_ready(*weight_);
@@ -111,6 +109,17 @@ View2D<float> Linear::backward(const View2D<const float>& dy) {
                   View2D<float>(bias_->grad.data(), bias_->numel, 1));
     grad_ready(*bias_);
   }
+}
+
+void Linear::input_gradient(const View2D<const float>& dy) {
+  ensure_shape(dx_, dy.extent(0), in_, "tessera::linear::dx");
+  kernels::gemm(Trans::No, Trans::No, 1.0f, dy, weight_->value2d(), 0.0f, dx_);
+}
+
+View2D<float> Linear::backward(const View2D<const float>& dy) {
+  acquire(*weight_, Pass::Backward);
+  if (bias_ != nullptr) acquire(*bias_, Pass::Backward);
+  weight_gradients(dy);
   auto release = [&] {
     released(*weight_, Pass::Backward);
     if (bias_ != nullptr) released(*bias_, Pass::Backward);
@@ -119,13 +128,32 @@ View2D<float> Linear::backward(const View2D<const float>& dy) {
     release();
     return {};
   }
-  // dx = dy W, computed after the gradients are handed over so their communication overlaps it.
-  ensure_shape(dx_, batch, in_, "tessera::linear::dx");
-  kernels::gemm(Trans::No, Trans::No, 1.0f, dy, weight_->value2d(), 0.0f, dx_);
+  // dx after the gradients are handed over, so that their communication overlaps it.
+  input_gradient(dy);
   release();  // W is read by nothing after the GEMM just queued
   // Column split: the whole input fed every rank's block of outputs; its gradient is the sum.
   if (split_ == TensorSplit::Column) tp_->all_reduce(dx_, comm::ReduceOp::Sum);
   return dx_;
+}
+
+View2D<float> Linear::backward_input(const View2D<const float>& dy) {
+  dy_ = dy;
+  if (!input_grad_) return {};
+  acquire(*weight_, Pass::InputGradient);
+  input_gradient(dy);
+  released(*weight_, Pass::InputGradient);
+  if (split_ == TensorSplit::Column) tp_->all_reduce(dx_, comm::ReduceOp::Sum);
+  return dx_;
+}
+
+void Linear::backward_weights() {
+  if (dy_.data() == nullptr) throw Error("Linear::backward_weights() without backward_input() before it");
+  acquire(*weight_, Pass::WeightGradient);
+  if (bias_ != nullptr) acquire(*bias_, Pass::WeightGradient);
+  weight_gradients(dy_);
+  released(*weight_, Pass::WeightGradient);
+  if (bias_ != nullptr) released(*bias_, Pass::WeightGradient);
+  dy_ = {};
 }
 
 View2D<float> GELU::forward(const View2D<const float>& x) {
@@ -199,6 +227,7 @@ std::unique_ptr<Linear> Linear::replica() const {
   r->x_ = {};                                     // and activations of its own
   r->y_ = {};
   r->dx_ = {};
+  r->dy_ = {};
   r->ones_ = {};
   return r;
 }
@@ -243,6 +272,24 @@ View2D<float> MLP::forward(const View2D<const float>& x) {
     in = h;
   }
   return h;
+}
+
+View2D<float> MLP::backward_input(const View2D<const float>& dy) {
+  View2D<float> g;
+  View2D<const float> in = dy;
+  for (std::size_t i = linears_.size(); i-- > 0;) {
+    if (i < gelus_.size()) {
+      g = gelus_[i]->backward(in);  // kept by the GELU until its next backward: layer i's dy
+      in = g;
+    }
+    g = linears_[i]->backward_input(in);
+    in = g;
+  }
+  return g;
+}
+
+void MLP::backward_weights() {
+  for (std::size_t i = linears_.size(); i-- > 0;) linears_[i]->backward_weights();
 }
 
 View2D<float> MLP::backward(const View2D<const float>& dy) {

@@ -57,7 +57,7 @@ DistributedDataParallel::DistributedDataParallel(nn::Module& model, nn::Paramete
     for (const auto& b : buckets_) wire_.emplace_back("tessera::ddp::bf16", b.numel);
   model.set_grad_ready_hook([this](nn::Parameter& p) { on_grad_ready(p); });
   model.set_release_hook([this](nn::Parameter& p, nn::Pass pass) {
-    if (pass == nn::Pass::Backward) on_released(p);
+    if (nn::writes_gradients(pass)) on_released(p);  // a backward's last use of the parameter
   });
 }
 

@@ -100,14 +100,28 @@ void Pipeline::backward(int m, const Around& before, const Around& after) {
   }
   backward_sends_[r].wait();  // the replica's input-gradient buffer is about to be written again
   if (before) before(m);
-  const auto t = Clock::now();
-  auto dx = replicas_[r]->backward(dy);
-  Kokkos::DefaultExecutionSpace().fence();
-  stats_.backward_s += since(t);
-  if (trace::enabled()) trace::record("step", "backward", "step", t, Clock::now());
+  auto t = Clock::now();
+  if (stage_ == 0) {  // nothing to send: one pass, in the order that overlaps data-parallel reductions best
+    replicas_[r]->backward(dy);
+    Kokkos::DefaultExecutionSpace().fence();
+    stats_.backward_s += since(t);
+    if (trace::enabled()) trace::record("step", "backward", "step", t, Clock::now());
+  } else {
+    // The previous stage waits for dL/dx alone: send it before the parameters' gradients,
+    // which then delay nobody but this stage.
+    auto dx = replicas_[r]->backward_input(dy);
+    Kokkos::DefaultExecutionSpace().fence();
+    stats_.backward_s += since(t);
+    if (trace::enabled()) trace::record("step", "backward (input)", "step", t, Clock::now());
+    backward_sends_[r] = group_.send_async(dx, stage_ - 1, microbatches_ + m);
+    t = Clock::now();
+    replicas_[r]->backward_weights();
+    Kokkos::DefaultExecutionSpace().fence();
+    stats_.backward_s += since(t);
+    if (trace::enabled()) trace::record("step", "backward (weights)", "step", t, Clock::now());
+  }
   if (after) after(m);
   --live_;
-  if (stage_ > 0) backward_sends_[r] = group_.send_async(dx, stage_ - 1, microbatches_ + m);
 }
 
 double Pipeline::run(const Input& input, const Loss& loss, const Around& before_backward,

@@ -430,8 +430,8 @@ void ZeroDataParallel::finish_step() {
 // -- stage 3: parameters gathered per unit -------------------------------------------------
 
 void ZeroDataParallel::on_acquire(nn::Parameter& p, nn::Pass pass) {
-  if (options_.stage == 3) wait_gathered(unit_of_.at(&p), pass);
-  if (pass == nn::Pass::Backward && options_.stage >= 2) {
+  if (options_.stage == 3 && nn::reads_values(pass)) wait_gathered(unit_of_.at(&p), pass);
+  if (options_.stage >= 2 && nn::writes_gradients(pass)) {
     // Backward writes this micro-step's gradient into a bucket's buffer, fresh.
     const std::size_t b = bucket_of_.at(&p);
     Slot& s = slot_for(b);
@@ -440,8 +440,8 @@ void ZeroDataParallel::on_acquire(nn::Parameter& p, nn::Pass pass) {
   }
 }
 
-void ZeroDataParallel::on_release(nn::Parameter& p, nn::Pass /*pass*/) {
-  if (options_.stage != 3) return;
+void ZeroDataParallel::on_release(nn::Parameter& p, nn::Pass pass) {
+  if (options_.stage != 3 || !nn::reads_values(pass)) return;  // only passes that gathered use it
   const std::size_t u = unit_of_.at(&p);
   auto& g = *gathered_[u];
   if (g.users > 0 && --g.users == 0) drop(u);

@@ -406,9 +406,14 @@ StepMetrics Trainer::step() {
           [&](int mb) {
             const bool last = last_k && mb + 1 == M;
             strategy_->set_sync(last);
-            if (last) begin_sync();
+            // Several replicas: their reductions travel while the last backward runs. One:
+            // nothing travels, and updates run inside backward would delay the input gradient
+            // the previous stage waits for (on the host they run where they are queued), so
+            // they wait for the pipeline's flush.
+            if (last && dp_->size() > 1) begin_sync();
           },
           [&](int) { strategy_->end_backward(); });
+      if (last_k && dp_->size() == 1) begin_sync();
       loss_sum += sum / M;
       const auto& ps = pipeline_->last();
       m.forward_s += ps.forward_s;

@@ -53,6 +53,11 @@ TEST(PipelineStages, AreContiguousBalancedAndCoverTheModel) {
   EXPECT_THROW_WITH(parallel::stage_layers(3, 4, 0), ConfigError, "needs at least 4 layers, one per stage");
 }
 
+/// GPipe keeps all M micro-batches alive, 1F1B P - s on stage s.
+void expect_in_flight(std::size_t seen, parallel::Schedule schedule, int M, int P, int stage, const std::string& what) {
+  EXPECT_EQ(seen, static_cast<std::size_t>(schedule == parallel::Schedule::GPipe ? M : std::min(M, P - stage))) << what;
+}
+
 TEST(Pipeline, EveryScheduleGivesTheWholeModelsLossAndGradients) {
   const int P = world().size(), stage = world().rank();
   const auto x = filled(kRows, kDim, 1), t = filled(kRows, kDim, 2);
@@ -96,8 +101,7 @@ TEST(Pipeline, EveryScheduleGivesTheWholeModelsLossAndGradients) {
       for (auto& p : store.parameters())
         test::expect_same_parameters(host(whole_store.find(p.name).grad), host(p.grad), 1e-5, what + ", " + p.name);
       const auto& s = pipe.last();
-      const std::size_t bound = schedule == parallel::Schedule::GPipe ? M : std::min(M, P - stage);
-      EXPECT_EQ(s.max_in_flight, bound) << what;
+      expect_in_flight(s.max_in_flight, schedule, M, P, stage, what);
       EXPECT_GE(s.span_s, s.idle_s);
     }
 }
@@ -119,8 +123,8 @@ std::vector<Layout> layouts() {
     case 3:
       return {{1, 3, 0, "1f1b"}, {1, 3, 2, "gpipe"}};
     case 4:
-      return {{1, 4, 0, "1f1b"}, {1, 4, 0, "gpipe"}, {1, 2, 0, "1f1b"}, {1, 2, 2, "1f1b"}, {2, 2, 0, "1f1b"},
-              {2, 2, 3, "gpipe"}};
+      return {{1, 4, 0, "1f1b"}, {1, 4, 0, "gpipe"}, {1, 2, 0, "1f1b"}, {1, 2, 2, "1f1b"}, {1, 2, 3, "1f1b"},
+              {2, 2, 0, "1f1b"}, {2, 2, 3, "gpipe"}};
     case 8:
       return {{2, 2, 2, "1f1b"}};
     default:
@@ -179,10 +183,9 @@ TEST(PipelineTraining, AdamWPerStepLossesAndGradientNormsMatchTheSingleProcessRu
       const auto a = reference.step(), b = run.step();
       EXPECT_NEAR(b.loss, a.loss, 1e-5 * std::fabs(a.loss)) << label(l) << ", step " << s + 1;
       EXPECT_NEAR(b.grad_norm, a.grad_norm, 1e-5 * a.grad_norm) << label(l) << ", step " << s + 1;
-      // 1F1B keeps at most P - stage micro-batches alive; GPipe all of them.
       const int stage = world().rank() / (world().size() / l.pp);
-      const std::size_t bound = std::string(l.schedule) == "gpipe" ? 3u : std::min(3, l.pp - stage);
-      EXPECT_EQ(b.microbatches_in_flight, bound) << label(l) << " on rank " << world().rank();
+      expect_in_flight(b.microbatches_in_flight, parallel::parse_schedule(l.schedule), 3, l.pp, stage,
+                       label(l) + " on rank " + std::to_string(world().rank()));
       EXPECT_GE(b.bubble_fraction, 0.0);
       EXPECT_LT(b.bubble_fraction, 1.0);
     }
@@ -231,22 +234,38 @@ TEST(PipelineTraining, LayoutsThatCannotRunAreConfigErrors) {
 }  // namespace
 
 namespace {
-TEST(PipelineTraining, ModelStateBytesAreThoseOfTheStagesLayers) {
-  if (world().size() < 2) GTEST_SKIP() << "one rank holds every layer";
-  if (world().size() % 2 != 0) GTEST_SKIP() << "2 stages do not divide " << world().size() << " ranks";
+/// What one rank holds of layer i of an L-layer, d-wide MLP split over t tensor-parallel
+/// ranks: a column layer its block of rows and of the bias, a row layer its block of columns
+/// and the whole bias, an odd last layer everything.
+std::size_t held_of_layer(std::size_t i, std::size_t layers, std::size_t d, std::size_t t) {
+  if (t == 1 || (i % 2 == 0 && i + 1 == layers)) return d * d + d;
+  return i % 2 == 0 ? (d * d + d) / t : d * d / t + d;
+}
+
+TEST(PipelineTraining, ModelStateBytesAreExactOnEveryLayoutAndZeroStage) {
+  if (layouts().empty()) GTEST_SKIP() << "no pipeline layout for " << world().size() << " ranks here";
   auto c = pp_config();
-  c.pp = 2;
   c.steps = 1;
-  const int dp = world().size() / 2, stage = world().rank() / dp;
-  const std::size_t layers = parallel::stage_layers(c.layers, 2, stage).count;
-  const std::size_t held = layers * (c.dim * c.dim + c.dim);
-  for (int zero : {0, 3}) {
-    c.zero_stage = zero;
-    train::Trainer run(c, world());
-    const auto m = run.step();
-    EXPECT_EQ(run.parameters().numel(), held);
-    const std::size_t shard = parallel::FlatPartition(held, dp, c.zero.align).size(run.data_parallel().rank());
-    EXPECT_EQ(m.model_state_bytes, zero == 0 ? 16 * held : 16 * shard) << "zero " << zero << ", stage " << stage;
-  }
+  c.dim = 16;  // divisible by the tensor-parallel groups
+  for (const Layout& l : layouts())
+    for (int zero = 0; zero <= 3; ++zero) {
+      auto lc = with(c, l);
+      lc.zero_stage = zero;
+      train::Trainer run(lc, world());
+      const auto m = run.step();
+      const int dp = world().size() / (l.tp * l.pp), stage = world().rank() / dp / l.tp;
+      const auto range = parallel::stage_layers(c.layers, l.pp, stage);
+      std::size_t held = 0;
+      for (std::size_t i = range.first; i < range.first + range.count; ++i)
+        held += held_of_layer(i, c.layers, c.dim, static_cast<std::size_t>(l.tp));
+      EXPECT_EQ(run.parameters().numel(), held) << label(l);
+      const std::size_t shard = parallel::FlatPartition(held, dp, c.zero.align).size(run.data_parallel().rank());
+      // AdamW: values, gradients and two moments, 4 bytes each, whole or this rank's shard.
+      const std::size_t expected = zero == 0   ? 16 * held
+                                   : zero == 1 ? 8 * held + 8 * shard
+                                   : zero == 2 ? 4 * held + 12 * shard
+                                               : 16 * shard;
+      EXPECT_EQ(m.model_state_bytes, expected) << label(l) << ", zero stage " << zero << ", rank " << world().rank();
+    }
 }
 }  // namespace

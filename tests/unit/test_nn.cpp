@@ -293,6 +293,44 @@ TEST(Gradients, TheInputGradientCanBeSwitchedOffWithoutChangingTheOthers) {
   EXPECT_EQ(host(a.grads()), host(b.grads()));
 }
 
+TEST(Gradients, BackwardInTwoHalvesEqualsOneBackward) {
+  // The pipeline's order: every input gradient first (no gradient written, no hook fired),
+  // then every parameter gradient, which must be exactly those of one backward pass.
+  nn::ParameterStore a, b;
+  nn::MLP whole(a, 3, 4), halves(b, 3, 4);
+  a.initialize(5);
+  b.initialize(5);
+  std::vector<std::string> ready, acquired;
+  halves.set_grad_ready_hook([&](nn::Parameter& p) { ready.push_back(p.name); });
+  halves.set_acquire_hook([&](nn::Parameter& p, nn::Pass pass) {
+    acquired.push_back(p.name + (pass == nn::Pass::InputGradient    ? " input"
+                                 : pass == nn::Pass::WeightGradient ? " weights"
+                                                                    : " other"));
+  });
+  auto x = random_matrix(3, 4, 1), dy = random_matrix(3, 4, 2);
+  whole.forward(x);
+  const auto dx = host_copy(whole.backward(dy));
+  halves.forward(x);
+  acquired.clear();
+  Kokkos::deep_copy(b.grads(), std::nanf(""));  // written by the second half only
+  b.zero_grad();
+  const auto dx_first = host_copy(halves.backward_input(dy));
+  EXPECT_TRUE(ready.empty()) << "a gradient was reported before backward_weights()";
+  EXPECT_EQ(acquired, (std::vector<std::string>{"layers.2.weight input", "layers.1.weight input",
+                                                "layers.0.weight input"}));
+  for (std::size_t i = 0; i < dx.extent(0); ++i)
+    for (std::size_t j = 0; j < dx.extent(1); ++j) EXPECT_EQ(dx_first(i, j), dx(i, j));
+  acquired.clear();
+  halves.backward_weights();
+  EXPECT_EQ(ready, (std::vector<std::string>{"layers.2.weight", "layers.2.bias", "layers.1.weight", "layers.1.bias",
+                                             "layers.0.weight", "layers.0.bias"}));
+  EXPECT_EQ(acquired.size(), 6u);
+  for (const auto& name : acquired) EXPECT_NE(name.find(" weights"), std::string::npos) << name;
+  a.settle_grads();
+  EXPECT_EQ(host(b.grads()), host(a.grads()));
+  EXPECT_THROW(halves.backward_weights(), Error) << "a second weight pass without an input pass";
+}
+
 /// Central differences of a loss with respect to its input.
 template <class LossFn>
 void check_loss(LossFn fn, View2D<float> y) {

@@ -39,6 +39,8 @@ class Linear final : public Module {
          comm::Communicator& tp, bool bias = true);
   View2D<float> forward(const View2D<const float>& x) override;
   View2D<float> backward(const View2D<const float>& dy) override;
+  View2D<float> backward_input(const View2D<const float>& dy) override;
+  void backward_weights() override;
   Parameter& weight() { return *weight_; }
   Parameter* bias() { return bias_; }
   /// A layer on the same parameters (and hooks) with activations of its own: one per
@@ -47,12 +49,14 @@ class Linear final : public Module {
 
  private:
   Linear(const Linear&) = default;
+  void weight_gradients(const View2D<const float>& dy);  // dW and db, each reported ready
+  void input_gradient(const View2D<const float>& dy);    // dx = dy W
   std::size_t in_, out_;  // as this rank's block sees them
   TensorSplit split_ = TensorSplit::None;
   comm::Communicator* tp_ = nullptr;
   Parameter* weight_;
   Parameter* bias_ = nullptr;
-  View2D<const float> x_;
+  View2D<const float> x_, dy_;  // dy_: from backward_input until backward_weights
   View2D<float> y_, dx_, ones_;
 };
 
@@ -90,6 +94,10 @@ class MLP final : public Module {
   std::unique_ptr<MLP> replica() const;
   View2D<float> forward(const View2D<const float>& x) override;
   View2D<float> backward(const View2D<const float>& dy) override;
+  /// Every layer's input gradient, last layer first, then (backward_weights) every layer's
+  /// parameter gradients in the same order.
+  View2D<float> backward_input(const View2D<const float>& dy) override;
+  void backward_weights() override;
   void set_grad_ready_hook(GradReadyHook hook) override;
   void set_acquire_hook(AcquireHook hook) override;
   void set_release_hook(ReleaseHook hook) override;

@@ -40,6 +40,11 @@ struct PipelineStats {
 /// Runs this rank's stage over M micro-batches. `replicas` are modules on the same
 /// parameters with activations of their own (nn::MLP::replica), at least as many as the
 /// schedule keeps in flight: M for GPipe, P - stage for 1F1B.
+///
+/// A stage after the first runs each backward in two halves (Module::backward_input, then
+/// backward_weights) and sends dL/dx in between: the previous stage waits for the input
+/// gradient alone. Every rank runs the same sequence of passes whatever the timing, so the
+/// collectives of data- and tensor-parallel groups inside them line up.
 class Pipeline {
  public:
   /// `rows` per micro-batch; `in` and `out` the stage's input and output widths.
