@@ -35,8 +35,8 @@ double median(std::vector<double> v) {
 
 int main(int argc, char** argv) {
   CLI::App app{
-      "Per-step breakdown of training with any strategy (DDP, ZeRO 1-3): time, memory and traffic, and the step "
-      "against its GEMMs alone. Takes tessera-train's flags.",
+      "Per-step breakdown of training with any layout (DDP, ZeRO 1-3, tensor and pipeline parallelism): time, "
+      "memory and traffic, and the step against its GEMMs alone. Takes tessera-train's flags.",
       "mpiexec -n N tessera-bench-train"};
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   tessera::apps::TrainFlags flags;
@@ -71,7 +71,7 @@ int main(int argc, char** argv) {
     auto seconds = [](Clock::time_point a, Clock::time_point b) {
       return std::chrono::duration<double>(b - a).count();
     };
-    std::vector<double> step, fwd, bwd, exposed, opt, other, gemm, gemm_fwd, opt_alone, comm_alone, bubbles;
+    std::vector<double> step, fwd, bwd, exposed, opt, other, gemm, gemm_fwd, opt_alone, comm_alone, bubbles, idle;
     train::StepMetrics last;
     auto train_step = [&](bool keep) {
       const auto m = trainer.step();
@@ -82,7 +82,9 @@ int main(int argc, char** argv) {
       bwd.push_back(m.backward_s);
       exposed.push_back(m.comm_exposed_s);
       opt.push_back(m.optimizer_s);
-      other.push_back(m.step_time_s - m.forward_s - m.backward_s - m.comm_exposed_s - m.optimizer_s);
+      other.push_back(m.step_time_s - m.forward_s - m.backward_s - m.comm_exposed_s - m.optimizer_s -
+                      m.pipeline_idle_s);
+      idle.push_back(m.pipeline_idle_s);
       if (c.pp > 1) bubbles.push_back(m.bubble_fraction);
     };
     // The process's peak resident memory is read after the untimed steps, before this
@@ -184,9 +186,10 @@ int main(int argc, char** argv) {
     dxs.clear();
 
     // Report the slowest rank's medians.
-    double med[10] = {median(step),  median(fwd),  median(bwd),      median(exposed),   median(opt),
-                      median(other), median(gemm), median(gemm_fwd), median(opt_alone), ddp ? median(comm_alone) : 0};
-    MPI_Allreduce(MPI_IN_PLACE, med, 10, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    double med[11] = {median(step),      median(fwd),  median(bwd),      median(exposed),
+                      median(opt),       median(other), median(gemm),    median(gemm_fwd),
+                      median(opt_alone), ddp ? median(comm_alone) : 0,   median(idle)};
+    MPI_Allreduce(MPI_IN_PLACE, med, 11, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     // Memory and traffic of the rank that holds and sends the most.
     double bytes[6] = {static_cast<double>(last.model_state_bytes), static_cast<double>(last.working_bytes), peak_rss,
                        last.comm_bytes, last.tp_comm_bytes, last.pp_comm_bytes};
@@ -212,6 +215,7 @@ int main(int argc, char** argv) {
                   (med[6] - med[7]) * 1e3);
       std::printf("    exposed comm     %9.2f ms  (%.1f%% of the step)\n", med[3] * 1e3, 100 * med[3] / med[0]);
       std::printf("    optimizer        %9.2f ms\n", med[4] * 1e3);
+      if (c.pp > 1) std::printf("    pipeline idle    %9.2f ms  (waiting for neighbour stages)\n", med[10] * 1e3);
       std::printf("    other            %9.2f ms  (zeroing gradients, loading the batch, averaging the loss)\n",
                   med[5] * 1e3);
       std::printf("  GEMMs alone        %9.2f ms; step / GEMMs = %.3f (without 'other': %.3f)\n", med[6] * 1e3,
@@ -268,6 +272,7 @@ int main(int argc, char** argv) {
               {"comm_exposed", med[3]},
               {"optimizer", med[4]},
               {"other", med[5]},
+              {"pipeline_idle", med[10]},
               {"gemm_only", med[6]},
               {"gemm_forward_only", med[7]},
               {"optimizer_only", med[8]},

@@ -5,7 +5,7 @@
 #  2. the noise floor: the raw call timed against itself, which shows how finely this
 #     machine resolves the ratio at each size;
 #  3. every collective at 2 ranks.
-# Run from the repository root after scripts/run.sh or scripts/test.sh.
+# Run from the repository root after scripts/test.sh (scripts/run.sh builds only tessera-train).
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/env.sh"
 out="$TESSERA_ROOT/perf/results"

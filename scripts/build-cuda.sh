@@ -6,7 +6,7 @@
 #   scripts/build-cuda.sh [KOKKOS_ROOT]
 #
 # KOKKOS_ROOT is a Kokkos install with its CUDA backend (from Spack:
-# `spack install kokkos+cuda cuda_arch=90` then `spack location -i kokkos`); default
+# `spack install kokkos+cuda+wrapper cuda_arch=90` then `spack location -i kokkos`); default
 # $Kokkos_ROOT, else ../shared/deps/kokkos-cuda beside the checkout. The CUDA toolkit
 # (nvcc, cuBLAS, and NCCL for the nccl backend) is found by CMake (CUDAToolkit_ROOT,
 # NCCL_ROOT). Set TESSERA_CUDA_BUILD_DIR for another build folder.

@@ -8,8 +8,8 @@ m = d["median_s"]
 ddp = d["config"]["strategy"] == "ddp" and d["config"]["tp"] == 1 and d["config"]["pp"] == 1
 if len(sys.argv) > 2:
     assert d["config"]["strategy"] == sys.argv[2], (d["config"]["strategy"], sys.argv[2])
-for key in ("step", "forward", "backward", "comm_exposed", "optimizer", "other", "gemm_only", "gemm_forward_only",
-            "optimizer_only"):
+for key in ("step", "forward", "backward", "comm_exposed", "optimizer", "other", "pipeline_idle", "gemm_only",
+            "gemm_forward_only", "optimizer_only"):
     assert m[key] >= 0, (key, m)
 assert m["step"] > 0 and m["gemm_only"] > 0, m
 assert abs(d["steps_per_s"] - 1 / m["step"]) < 1e-9 * d["steps_per_s"], d
@@ -29,5 +29,8 @@ assert b["tp_comm_per_step"] > 0 if d["config"]["tp"] > 1 else b["tp_comm_per_st
 assert b["pp_comm_per_step"] > 0 if d["config"]["pp"] > 1 else b["pp_comm_per_step"] == 0, b
 if d["config"]["pp"] > 1:
     assert 0 <= d["bubble_fraction"] < 1, d["bubble_fraction"]
+    assert m["pipeline_idle"] > 0, m
+else:
+    assert m["pipeline_idle"] == 0, m
 print(f"ok: {d['config']['strategy']} step {m['step'] * 1e3:.2f} ms, step/GEMMs {d['step_over_gemm']:.2f}, "
       f"model state {b['model_state'] / 2**20:.2f} MiB")

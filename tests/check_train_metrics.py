@@ -12,6 +12,14 @@ for i, r in enumerate(rows):
     assert r["step"] == i + 1
     assert r["step_time_s"] > 0 and r["samples_per_s"] > 0 and r["comm_exposed_s"] >= 0
     assert r["grad_norm"] > 0, f"line {i + 1}: a training step has a gradient"
+    # The step's phases are disjoint parts of it: none negative, and what is left ("other")
+    # is what they do not cover.
+    phases = ("forward_s", "backward_s", "comm_exposed_s", "optimizer_s", "data_s", "pipeline_idle_s")
+    assert all(r[k] >= 0 for k in phases) and r["forward_s"] > 0 and r["data_s"] > 0, r
+    assert abs(r["step_time_s"] - sum(r[k] for k in phases) - r["other_s"]) < 1e-9, r
+    assert r["other_s"] > -1e-6, f"line {i + 1}: the phases add up to more than the step: {r}"
+    # A pipeline's idle time is its bubble; without stages there is neither.
+    assert (r["pipeline_idle_s"] > 0) == (r.get("bubble_fraction", 0) > 0), r
 ratio = rows[0]["loss"] / rows[-1]["loss"]
 assert ratio >= min_ratio, f"loss went {rows[0]['loss']} -> {rows[-1]['loss']}: {ratio:.2f}x, need {min_ratio}x"
 print(f"{steps} steps, loss {rows[0]['loss']:.4g} -> {rows[-1]['loss']:.4g} ({ratio:.1f}x lower)")

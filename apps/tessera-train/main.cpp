@@ -1,4 +1,4 @@
-// tessera-train: trains an MLP with data parallelism across the ranks of the job.
+// tessera-train: trains an MLP across the ranks of the job (data, tensor and pipeline parallelism).
 //
 //   mpiexec -n 2 tessera-train [--config FILE] [--model.layers 8] [--model.dim 1024] ...
 
@@ -31,8 +31,9 @@ std::string duration_text(double s) {
 
 int main(int argc, char** argv) {
   CLI::App app{
-      "Trains an MLP with data parallelism (DDP) across the ranks of an MPI job. Settings come from flags "
-      "and from a TOML file (--config); flags override the file.",
+      "Trains an MLP across the ranks of an MPI job: data parallelism (DDP, or ZeRO stages 1-3 with "
+      "--parallel.zero), tensor parallelism (--parallel.tp) and pipeline stages (--parallel.pp) on one "
+      "dp x tp x pp mesh. Settings come from flags and from a TOML file (--config); flags override the file.",
       "mpiexec -n N tessera-train"};
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   tessera::apps::TrainFlags flags;
@@ -119,8 +120,10 @@ int main(int argc, char** argv) {
                                   {"forward_s", m.forward_s},
                                   {"backward_s", m.backward_s},
                                   {"optimizer_s", m.optimizer_s},
-                                  {"data_s",
-                                   m.step_time_s - m.forward_s - m.backward_s - m.comm_exposed_s - m.optimizer_s},
+                                  {"data_s", m.data_s},
+                                  {"pipeline_idle_s", m.pipeline_idle_s},
+                                  {"other_s", m.step_time_s - m.forward_s - m.backward_s - m.comm_exposed_s -
+                                                  m.optimizer_s - m.data_s - m.pipeline_idle_s},
                                   {"model_state_bytes", m.model_state_bytes},
                                   {"working_bytes", m.working_bytes},
                                   {"comm_bytes", m.comm_bytes},

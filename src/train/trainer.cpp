@@ -385,6 +385,7 @@ StepMetrics Trainer::step() {
     const auto loading = Clock::now();
     dataset_->load(micro_indices_, inputs_, targets_, labels_);
     mark("load batch", loading);
+    m.data_s += since(loading);
     if (pipeline_) {
       // The micro-step's batch as M pipeline micro-batches; the last stage computes the loss
       // of each, whose gradient is divided by every mean it enters (micro-steps, ranks,
@@ -472,6 +473,7 @@ StepMetrics Trainer::step() {
   m.forward_s -= sync.waited_in_forward_s;
   m.backward_s -= sync.waited_in_backward_s;
   m.comm_bytes = dp_->bytes_sent() - bytes_before;
+  m.pipeline_idle_s = idle;
   m.bubble_fraction = span > 0 ? idle / span : 0;
   if (mesh_) {
     m.tp_comm_bytes = mesh_->tp().bytes_sent() - tp_bytes_before;

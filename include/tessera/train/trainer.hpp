@@ -88,6 +88,10 @@ struct StepMetrics {
   double backward_s = 0;      ///< including the overlapped communication
   double comm_exposed_s = 0;  ///< time the step waited on gradient communication
   double optimizer_s = 0;
+  double data_s = 0;  ///< loading the batch (every micro-step's)
+  /// Pipeline parallelism: time this stage spent inside the pipeline not computing (waiting
+  /// for its neighbours, the bubble); 0 without --parallel.pp.
+  double pipeline_idle_s = 0;
   /// Bytes this rank keeps between steps for parameters, gradients and optimizer state, as
   /// allocated.
   std::size_t model_state_bytes = 0;
