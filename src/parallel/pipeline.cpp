@@ -64,7 +64,14 @@ void Pipeline::wait(comm::Work& work, const char* what) {
   if (trace::enabled()) trace::record("step", what, "step", t, Clock::now());
 }
 
-void Pipeline::forward(int m, const Input& input, const Loss& loss, double& loss_sum) {
+void Pipeline::post_gradient_recv(int m) {
+  if (grad_in_.extent(0) != rows_ || grad_in_.extent(1) != out_)
+    grad_in_ = View2D<float>("tessera::pipeline::grad", rows_, out_);
+  grad_recv_ = group_.recv_async(grad_in_, stage_ + 1, microbatches_ + m);
+  grad_recv_for_ = m;
+}
+
+void Pipeline::forward(int m, const Input& input, const Loss& loss, double& loss_sum, int then_backward) {
   const std::size_t r = static_cast<std::size_t>(m) % replicas_.size();
   View2D<const float> x;
   if (stage_ == 0) {
@@ -83,17 +90,22 @@ void Pipeline::forward(int m, const Input& input, const Loss& loss, double& loss
   if (trace::enabled()) trace::record("step", "forward", "step", t, Clock::now());
   ++live_;
   stats_.max_in_flight = std::max(stats_.max_in_flight, live_);
-  if (stage_ + 1 < stages_) forward_sends_[r] = group_.send_async(y, stage_ + 1, m);
+  if (stage_ + 1 < stages_) {
+    // The next stage sends the gradient of its backward before it receives this output:
+    // post that receive first, so that the two stages' operations match in order (NCCL).
+    // grad_in_ is free: the previous backward, its last reader, has completed.
+    if (then_backward >= 0) post_gradient_recv(then_backward);
+    forward_sends_[r] = group_.send_async(y, stage_ + 1, m);
+  }
 }
 
 void Pipeline::backward(int m, const Around& before, const Around& after) {
   const std::size_t r = static_cast<std::size_t>(m) % replicas_.size();
   View2D<const float> dy;
   if (stage_ + 1 < stages_) {
-    if (grad_in_.extent(0) != rows_ || grad_in_.extent(1) != out_)
-      grad_in_ = View2D<float>("tessera::pipeline::grad", rows_, out_);
-    auto recv = group_.recv_async(grad_in_, stage_ + 1, microbatches_ + m);
-    wait(recv, "wait for gradients");
+    if (grad_recv_for_ != m) post_gradient_recv(m);
+    wait(grad_recv_, "wait for gradients");
+    grad_recv_for_ = -1;
     dy = grad_in_;
   } else {
     dy = dy_[r];
@@ -143,7 +155,7 @@ double Pipeline::run(const Input& input, const Loss& loss, const Around& before_
     const int warmup = std::min(stages_ - stage_ - 1, M);
     for (int m = 0; m < warmup; ++m) forward(m, input, loss, loss_sum);
     for (int m = warmup; m < M; ++m) {
-      forward(m, input, loss, loss_sum);
+      forward(m, input, loss, loss_sum, m - warmup);
       backward(m - warmup, before_backward, after_backward);
     }
     for (int m = M - warmup; m < M; ++m) backward(m, before_backward, after_backward);

@@ -45,6 +45,12 @@ struct PipelineStats {
 /// backward_weights) and sends dL/dx in between: the previous stage waits for the input
 /// gradient alone. Every rank runs the same sequence of passes whatever the timing, so the
 /// collectives of data- and tensor-parallel groups inside them line up.
+///
+/// Sends and receives are posted in orders that match from stage to stage, as NCCL needs:
+/// it runs a communicator's operations one after another in the order each rank posted
+/// them, and a send may wait for its receive. So in 1F1B's steady phase a stage posts the
+/// receive of the gradient its next backward needs before it sends the forward's output
+/// (the next stage sends that gradient before it receives the output).
 class Pipeline {
  public:
   /// `rows` per micro-batch; `in` and `out` the stage's input and output widths.
@@ -70,8 +76,11 @@ class Pipeline {
   int stages() const noexcept { return stages_; }
 
  private:
-  void forward(int m, const Input& input, const Loss& loss, double& loss_sum);
+  /// Forward of micro-batch m; `then_backward` >= 0 is the backward that follows it (1F1B),
+  /// whose gradient is received ahead of the output's send.
+  void forward(int m, const Input& input, const Loss& loss, double& loss_sum, int then_backward = -1);
   void backward(int m, const Around& before, const Around& after);
+  void post_gradient_recv(int m);
   void wait(comm::Work& work, const char* what);
 
   comm::Communicator& group_;
@@ -81,6 +90,8 @@ class Pipeline {
   std::size_t rows_, in_, out_;
   std::vector<View2D<float>> inputs_;  // per replica: the activations received for its micro-batch
   View2D<float> grad_in_;              // the gradient received from the next stage
+  comm::Work grad_recv_;               // its receive, once posted
+  int grad_recv_for_ = -1;             // the micro-batch it is posted for (-1: none)
   std::vector<View2D<float>> dy_;      // per replica (last stage): the loss gradient
   std::vector<comm::Work> forward_sends_, backward_sends_;  // per replica: its last send
   std::size_t live_ = 0;

@@ -284,8 +284,9 @@ class NcclBackend final : public Backend {
     auto pending = std::make_unique<NcclTransfer>();
     pending->comm = nccl_;
     TESSERA_CHECK_CUDA(cudaEventCreateWithFlags(&pending->event, cudaEventDisableTiming));
-    // Sends and receives run on separate streams, so two ranks that each post a send and
-    // then a receive cannot block each other.
+    // Sends and receives run on streams of their own, beside the collectives'. NCCL still
+    // runs the communicator's operations in the order they were posted, and a send may wait
+    // for its receive: callers post matching orders (docs/communication.md).
     if (op.type == OpType::Send) {
       pending->what = "in ncclSend, waiting for the receiver";
       TESSERA_CHECK_NCCL(ncclSend(op.send.data, op.count, nccl_type(op.dtype), op.peer, nccl_, send_stream_));
