@@ -140,7 +140,9 @@ void ParameterStore::zero_grad() {
 void ParameterStore::settle_grads() {
   for (auto& p : params_) {
     if (!p.grad_pending_zero) continue;
-    Kokkos::deep_copy(p.grad, 0.0f);
+    // In order on the default execution space (not a wait for the whole device, reductions
+    // in flight included): what reads these gradients next is queued after it there.
+    Kokkos::deep_copy(Kokkos::DefaultExecutionSpace(), p.grad, 0.0f);
     p.grad_pending_zero = false;
   }
 }

@@ -39,8 +39,14 @@ void accumulate(const T* src, float* dst, std::size_t n, bool add) {
         "tessera::zero::assign", Kokkos::RangePolicy<>(0, n),
         KOKKOS_LAMBDA(std::size_t i) { d(i) = static_cast<float>(s(i)); });
 }
-void copy(const float* src, float* dst, std::size_t n) { Kokkos::deep_copy(Span<float>(dst, n), Span<const float>(src, n)); }
-void fill_zero(float* dst, std::size_t n) { Kokkos::deep_copy(Span<float>(dst, n), 0.0f); }
+// Queued on the default execution space, in order with the kernels around them. A
+// deep_copy without one would wait for the whole device, the reductions and gathers in
+// flight on the communicators' streams included; the communicator fences this instance
+// before an op reads the buffer.
+void copy(const float* src, float* dst, std::size_t n) {
+  Kokkos::deep_copy(Kokkos::DefaultExecutionSpace(), Span<float>(dst, n), Span<const float>(src, n));
+}
+void fill_zero(float* dst, std::size_t n) { Kokkos::deep_copy(Kokkos::DefaultExecutionSpace(), Span<float>(dst, n), 0.0f); }
 
 /// The part of [lo, hi) inside [b, e), or an empty range.
 std::pair<std::size_t, std::size_t> overlap(std::size_t lo, std::size_t hi, std::size_t b, std::size_t e) {
