@@ -4,6 +4,7 @@
 // device staging throw NotCompiledError, and host staging uses ordinary memory.
 
 #include <cstddef>
+#include <string>
 #include <utility>
 
 #include <tessera/core/memory.hpp>
@@ -16,6 +17,9 @@ int current_device() noexcept;
 void set_device(int device);
 /// Free bytes on the calling thread's GPU and the number of GPUs, or {0, 0} without CUDA.
 std::pair<double, int> device_free_bytes() noexcept;
+/// The PCI bus id of CUDA device `device` ("0000:41:00.0"): one physical GPU has one,
+/// whatever CUDA_VISIBLE_DEVICES numbers it. Empty without CUDA or when it cannot be asked.
+std::string device_pci_bus_id(int device) noexcept;
 /// Copies `bytes` from `src` (in memory `from`) to `dst` (in memory `to`); returns when done.
 void copy_bytes(void* dst, MemoryKind to, const void* src, MemoryKind from, std::size_t bytes);
 

@@ -46,7 +46,10 @@ MemoryBudget memory_budget() {
   if (memory_kind_of_space<DeviceMemorySpace>() == MemoryKind::Device) {
     const auto [free, devices] = detail::device_free_bytes();
     if (free <= 0 || devices <= 0) return budget;
-    const int sharing = std::max(1, (ranks + devices - 1) / devices);
+    // The ranks that use this GPU (by PCI bus id); else as if the node's ranks were spread
+    // evenly over the GPUs this rank sees.
+    const int on_gpu = Session::current().ranks_on_gpu();
+    const int sharing = on_gpu > 0 ? on_gpu : std::max(1, (ranks + devices - 1) / devices);
     budget.bytes = free / sharing;
     budget.source =
         gb(free) + " free on its GPU, shared by " + std::to_string(sharing) + (sharing == 1 ? " rank" : " ranks");

@@ -30,6 +30,15 @@ int current_device() noexcept {
 }
 void set_device(int device) { TESSERA_CHECK_CUDA(cudaSetDevice(device)); }
 
+std::string device_pci_bus_id(int device) noexcept {
+  char id[32] = {};
+  if (device < 0 || cudaDeviceGetPCIBusId(id, sizeof id, device) != cudaSuccess) {
+    cudaGetLastError();
+    return {};
+  }
+  return id;
+}
+
 std::pair<double, int> device_free_bytes() noexcept {
   std::size_t free = 0, total = 0;
   int devices = 0;

@@ -18,9 +18,13 @@
 #include <string>
 #include <vector>
 
+#include <tessera/core/memory.hpp>
+
+#include "core/device_copy.hpp"
 #include "core/log.hpp"
 #include "core/mpi_check.hpp"
 #include "core/mpi_fence.hpp"
+#include "core/node_share.hpp"
 
 namespace tessera {
 namespace {
@@ -159,6 +163,16 @@ void Session::start_runtimes(int* argc, char*** argv) {
       Kokkos::initialize();
     }
     owns_kokkos_ = true;
+  }
+  if (memory_kind_of_space<DeviceMemorySpace>() == MemoryKind::Device) {
+    // Kokkos has chosen this rank's GPU: which ranks of the node chose the same one.
+#ifdef KOKKOS_ENABLE_CUDA
+    const std::string gpu = detail::device_pci_bus_id(Kokkos::DefaultExecutionSpace().cuda_device());
+#else
+    const std::string gpu;
+#endif
+    const auto share = detail::share_on_node(MPI_COMM_WORLD, gpu);
+    ranks_on_gpu_ = gpu.empty() ? 0 : share.same;
   }
   const char* yield = std::getenv("OMPI_MCA_mpi_yield_when_idle");
   detail::logger().debug("session started: {} ranks, CUDA-aware MPI: {}, Open MPI yields while it waits: {}", size_,

@@ -1,10 +1,15 @@
-// Sub-communicators from split and the dp x tp x pp DeviceMesh.
+// Sub-communicators from split and the dp x tp x pp DeviceMesh; which ranks of a node share
+// a key (a GPU).
 #include <gtest/gtest.h>
+#include <mpi.h>
 
+#include <cstring>
+#include <string>
 #include <vector>
 
 #include <tessera/tessera.hpp>
 
+#include "core/node_share.hpp"
 #include "test_support.hpp"
 
 namespace {
@@ -102,4 +107,30 @@ TEST(DeviceMesh, LayoutThatDoesNotMatchTheWorldIsAClearError) {
   EXPECT_THROW_WITH(comm::DeviceMesh(w, w.size(), 2, 2), ConfigError, "dp*tp*pp = ");
   EXPECT_THROW_WITH(comm::DeviceMesh(w, 0, w.size(), 1), ConfigError, "must each be >= 1");
 }
+TEST(NodeShare, CountsTheRanksOfThisNodeWithTheSameKey) {
+  // Even ranks pass one key and odd ranks a longer one it begins with (as bus ids of two
+  // GPUs would); the expected counts come from the processor names instead of the shared-
+  // memory split the function uses.
+  const int rank = world().rank(), size = world().size();
+  const std::string key = rank % 2 == 0 ? "0000:41:00.0" : "0000:41:00.0.1";
+  const auto share = detail::share_on_node(MPI_COMM_WORLD, key);
+  char name[MPI_MAX_PROCESSOR_NAME] = {};
+  int length = 0;
+  MPI_Get_processor_name(name, &length);
+  std::vector<char> names(static_cast<std::size_t>(size) * MPI_MAX_PROCESSOR_NAME);
+  MPI_Allgather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, names.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR, MPI_COMM_WORLD);
+  int on_node = 0, same = 0;
+  for (int r = 0; r < size; ++r) {
+    if (std::strncmp(names.data() + static_cast<std::size_t>(r) * MPI_MAX_PROCESSOR_NAME, name,
+                     MPI_MAX_PROCESSOR_NAME) != 0)
+      continue;
+    ++on_node;
+    same += r % 2 == rank % 2;
+  }
+  EXPECT_EQ(share.on_node, on_node);
+  EXPECT_EQ(share.same, same);
+  // One key on every rank: all of the node's ranks share it.
+  EXPECT_EQ(detail::share_on_node(MPI_COMM_WORLD, "0000:c1:00.0").same, on_node);
+}
+
 }  // namespace

@@ -30,6 +30,10 @@ class Session {
   int local_size() const noexcept { return local_size_; }
   /// This rank's index among them.
   int local_rank() const noexcept { return local_rank_; }
+  /// Ranks of this job on this node that use this rank's GPU, itself included (GPUs told
+  /// apart by PCI bus id, so also when each rank sees only its own through
+  /// CUDA_VISIBLE_DEVICES); 0 when data lives in host memory or the GPU could not be asked.
+  int ranks_on_gpu() const noexcept { return ranks_on_gpu_; }
   /// True when the MPI library reports CUDA-aware support (probed at start).
   bool cuda_aware_mpi() const noexcept { return cuda_aware_mpi_; }
 
@@ -56,6 +60,7 @@ class Session {
   int size_ = 1;
   int local_rank_ = 0;
   int local_size_ = 1;
+  int ranks_on_gpu_ = 0;
   bool cuda_aware_mpi_ = false;
 };
 

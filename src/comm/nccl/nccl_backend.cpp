@@ -16,6 +16,7 @@
 #include "core/cuda_check.hpp"
 #include "core/log.hpp"
 #include "core/mpi_check.hpp"
+#include "core/node_share.hpp"
 
 #define TESSERA_CHECK_NCCL(call)                                                                                 \
   do {                                                                                                           \
@@ -66,22 +67,12 @@ struct Sharing {
   int ranks_on_node = 1;
 };
 Sharing gpu_sharing(MPI_Comm group, int device) {
-  constexpr int kLength = 32;
-  char mine[kLength] = {};
-  TESSERA_CHECK_CUDA(cudaDeviceGetPCIBusId(mine, kLength, device));
-  MPI_Comm node;
-  TESSERA_CHECK_MPI(MPI_Comm_split_type(group, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
-  int n = 1;
-  TESSERA_CHECK_MPI(MPI_Comm_size(node, &n));
-  std::vector<char> all(static_cast<std::size_t>(n) * kLength);
-  const int rc = MPI_Allgather(mine, kLength, MPI_CHAR, all.data(), kLength, MPI_CHAR, node);
-  MPI_Comm_free(&node);
-  if (rc != MPI_SUCCESS) TESSERA_CHECK_MPI(rc);
+  char id[32] = {};
+  TESSERA_CHECK_CUDA(cudaDeviceGetPCIBusId(id, sizeof id, device));
+  const auto share = tessera::detail::share_on_node(group, id);
   Sharing s;
-  s.ranks_on_node = n;
-  s.most_per_gpu = 0;
-  for (int r = 0; r < n; ++r)
-    s.most_per_gpu += std::strncmp(all.data() + static_cast<std::size_t>(r) * kLength, mine, kLength) == 0 ? 1 : 0;
+  s.ranks_on_node = share.on_node;
+  s.most_per_gpu = share.same;
   TESSERA_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &s.most_per_gpu, 1, MPI_INT, MPI_MAX, group));
   return s;
 }
