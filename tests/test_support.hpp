@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -50,6 +51,11 @@ inline comm::Communicator& world() {
 /// never from the view itself, which may be in GPU memory).
 template <class View>
 auto host_copy(const View& v) {
+  // Kokkos copies between memory spaces only contiguous spans: a strided view (a column
+  // block) would work on the host and throw on a GPU, so it fails here on both.
+  if (!v.span_is_contiguous())
+    throw std::logic_error("host_copy of the strided view '" + v.label() +
+                           "': copy it into a contiguous view in its own memory space first");
   auto h = Kokkos::create_mirror(Kokkos::HostSpace(), v);
   Kokkos::deep_copy(h, v);
   return h;

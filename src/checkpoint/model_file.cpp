@@ -64,6 +64,11 @@ void save_model(const std::string& path, const nn::ParameterStore& store, comm::
 }
 
 void load_model(const std::string& path, nn::ParameterStore& store) {
+  for (const auto& p : store.parameters())
+    if (p.shard.parts > 1)
+      throw CheckpointError("'" + p.name + "' is cut into " + std::to_string(p.shard.parts) +
+                            " tensor-parallel blocks, and model files are read as whole tensors; reading blocks "
+                            "comes with the parallel checkpoints");
   if (!std::filesystem::exists(path)) throw CheckpointError("model file '" + path + "' does not exist");
   detail::QuietHdf5 quiet;
   detail::H5Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);

@@ -212,5 +212,14 @@ TEST(ModelFile, SavesEveryParameterInItsGlobalShapeAndLoadsBack) {
   wrong.initialize(1);
   EXPECT_THROW_WITH(checkpoint::load_model(path, wrong), CheckpointError, "has another shape");
   EXPECT_THROW_WITH(checkpoint::save_model(temp("no_such_dir/x.h5"), a, *comm), CheckpointError, "could not write");
+  // A store holding a tensor-parallel block of a weight (half its rows) is refused both
+  // ways, before the file is opened (reading the whole tensor would overrun the block).
+  nn::ParameterStore block;
+  block.add("layers.0.weight", {5, 5}, nn::Init::zeros(), nn::ShardSpec::full());
+  block.add("layers.1.weight", {6, 5}, nn::Init::zeros(), nn::ShardSpec::block(0, 1, 2));
+  block.initialize(1);
+  EXPECT_THROW_WITH(checkpoint::load_model(path, block), CheckpointError, "tensor-parallel blocks");
+  EXPECT_THROW_WITH(checkpoint::save_model(temp("tessera_block.h5"), block, *comm), CheckpointError,
+                    "tensor-parallel blocks");
 }
 }  // namespace

@@ -13,11 +13,13 @@ namespace tessera::checkpoint {
 /// Writes every parameter of `store` to `path` (collective over `comm`; rank 0 writes, after
 /// gathering the ranks' shards where values are sharded, as in ZeRO stage 3). The file
 /// appears complete or not at all: it is written beside `path` and renamed into place.
+/// Throws CheckpointError for a store that holds tensor-parallel blocks.
 void save_model(const std::string& path, const nn::ParameterStore& store, comm::Communicator& comm);
 
 /// Reads /model/<name> into every parameter of `store` (each rank reads, and keeps what its
 /// store keeps: the whole model, or its owned part when values are sharded). Throws
-/// CheckpointError naming the file and parameter when one is missing or has another shape.
+/// CheckpointError naming the file and parameter when one is missing or has another shape,
+/// and, as save_model, for a store that holds tensor-parallel blocks.
 void load_model(const std::string& path, nn::ParameterStore& store);
 
 }  // namespace tessera::checkpoint
