@@ -19,6 +19,20 @@
 
 namespace tessera::test {
 
+/// The small synthetic run the parity tests share: 10 steps of a global batch of 24 from 480
+/// samples of a 2-layer teacher; each suite picks the model's shape and the seed.
+inline train::TrainConfig small_run(std::size_t layers, std::size_t dim, std::uint64_t seed) {
+  train::TrainConfig c;
+  c.layers = layers;
+  c.dim = dim;
+  c.global_batch = 24;
+  c.steps = 10;
+  c.synthetic_samples = 480;
+  c.teacher_layers = 2;
+  c.seed = seed;
+  return c;
+}
+
 /// The backend under test, from TESSERA_TEST_BACKEND (set by ctest); mpi by default.
 inline comm::Backend backend_under_test() {
   const char* b = std::getenv("TESSERA_TEST_BACKEND");

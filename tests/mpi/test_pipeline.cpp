@@ -133,14 +133,7 @@ std::vector<Layout> layouts() {
 }
 
 train::TrainConfig pp_config() {
-  train::TrainConfig c;
-  c.layers = 4;
-  c.dim = 12;
-  c.global_batch = 24;
-  c.steps = 10;
-  c.synthetic_samples = 480;
-  c.teacher_layers = 2;
-  c.seed = 13;
+  auto c = test::small_run(4, 12, 13);
   c.microbatches = 3;
   return c;
 }

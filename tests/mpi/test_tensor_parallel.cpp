@@ -120,17 +120,7 @@ TEST(TensorParallel, AWidthTheRanksDoNotDivideIsAConfigError) {
 
 // Through the trainer: a dp x tp mesh, with DDP or ZeRO on the dp axis, against one process.
 namespace {
-train::TrainConfig tp_config(std::size_t layers) {
-  train::TrainConfig c;
-  c.layers = layers;
-  c.dim = kDim;
-  c.global_batch = 24;
-  c.steps = 10;
-  c.synthetic_samples = 480;
-  c.teacher_layers = 2;
-  c.seed = 3;
-  return c;
-}
+train::TrainConfig tp_config(std::size_t layers) { return test::small_run(layers, kDim, 3); }
 
 /// Tensor-parallel group sizes this world can form (besides 1).
 std::vector<int> tp_sizes() {

@@ -18,17 +18,8 @@ using test::expect_same_parameters;
 using test::self;
 using test::world;
 
-train::TrainConfig small_config() {
-  train::TrainConfig c;
-  c.layers = 3;
-  c.dim = 29;  // divides by none of 2, 3 and 4 ranks; 2610 parameters, 41 units of 64
-  c.global_batch = 24;
-  c.steps = 10;
-  c.synthetic_samples = 480;
-  c.teacher_layers = 2;
-  c.seed = 11;
-  return c;
-}
+// Width 29 divides by none of 2, 3 and 4 ranks; 2610 parameters, 41 units of 64.
+train::TrainConfig small_config() { return test::small_run(3, 29, 11); }
 
 std::vector<float> whole(train::Trainer& t, comm::Communicator& comm) {
   return parallel::gather_values(t.parameters(), comm);
