@@ -203,6 +203,7 @@ void ZeroDataParallel::verify_replicas_identical() {
 }
 
 void ZeroDataParallel::new_step() {
+  drop_kept();  // the values may have changed since it was gathered
   stats_ = {};
   std::fill(handed_.begin(), handed_.end(), 0);
   std::fill(accumulated_.begin(), accumulated_.end(), 0);
@@ -388,6 +389,7 @@ void ZeroDataParallel::reset_micro_step() {
 void ZeroDataParallel::finish_gradient_sync() {
   const auto start = Clock::now();
   const double before = stats_.on_bucket_s;
+  drop_kept();  // the optimizer is about to change the values it holds
   in_finish_ = true;
   if (alone_) {
     store_.settle_grads();  // gradients of parameters this step's backward did not reach are zero
@@ -450,7 +452,18 @@ void ZeroDataParallel::on_release(nn::Parameter& p, nn::Pass pass) {
   if (options_.stage != 3 || !nn::reads_values(pass)) return;  // only passes that gathered use it
   const std::size_t u = unit_of_.at(&p);
   auto& g = *gathered_[u];
-  if (g.users > 0 && --g.users == 0) drop(u);
+  if (g.users > 0 && --g.users == 0) {
+    // Kept until another unit is acquired: the next pass may start with this one.
+    drop_kept();
+    kept_ = static_cast<std::ptrdiff_t>(u);
+  }
+}
+
+void ZeroDataParallel::drop_kept() {
+  if (kept_ < 0) return;
+  const auto u = static_cast<std::size_t>(kept_);
+  kept_ = -1;
+  if (gathered_[u]->live && gathered_[u]->users == 0) drop(u);
 }
 
 void ZeroDataParallel::gather(std::size_t u) {
@@ -485,6 +498,10 @@ void ZeroDataParallel::gather(std::size_t u) {
 
 void ZeroDataParallel::wait_gathered(std::size_t u, nn::Pass pass) {
   auto& g = *gathered_[u];
+  if (kept_ == static_cast<std::ptrdiff_t>(u))
+    kept_ = -1;  // the unit the last pass ended with: still gathered
+  else
+    drop_kept();
   const bool first = g.users == 0;
   if (!g.live) {
     // Not prefetched: make room (dropping a prefetched unit nobody uses) and gather now.

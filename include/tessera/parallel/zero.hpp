@@ -65,7 +65,11 @@ struct ZeroUnit {
 /// reduce every micro-step and add the owned part into the gradient shard. Parameters: stages
 /// 1 and 2 all-gather the updated shards after the optimizer (one all_gather when the shards
 /// are equal, else one broadcast per owner); stage 3 gathers each unit when a module acquires
-/// it and drops it at the release. On one rank nothing is sent and nothing is copied.
+/// it and drops it once another unit is acquired: the unit a pass ends with is the one the
+/// next pass starts with (forward's last layer is backward's first, backward's last the next
+/// micro-step's first), so it is not gathered twice. Values change only in the optimizer, so
+/// the kept unit is dropped at finish_gradient_sync() and at new_step(). On one rank nothing
+/// is sent and nothing is copied.
 class ZeroDataParallel final : public DataParallelStrategy {
  public:
   ZeroDataParallel(nn::Module& model, nn::ParameterStore& store, comm::Communicator& comm, ZeroOptions options);
@@ -109,6 +113,7 @@ class ZeroDataParallel final : public DataParallelStrategy {
   void gather(std::size_t unit);
   void wait_gathered(std::size_t unit, nn::Pass pass);
   void drop(std::size_t unit);
+  void drop_kept();
   void prefetch_after(std::size_t unit, nn::Pass pass);
   void wait(std::vector<comm::Work>& works, double* also);
   void track(std::ptrdiff_t bytes);
@@ -136,6 +141,7 @@ class ZeroDataParallel final : public DataParallelStrategy {
   std::vector<std::unique_ptr<Gathered>> gathered_;  // per unit
   std::vector<std::unique_ptr<View1D<float>>> gather_pool_;  // free gather buffers
   int gathers_live_ = 0;  // units gathered or in flight (the same count on every rank)
+  std::ptrdiff_t kept_ = -1;  // the unit the last pass released last, still gathered, or -1
 
   BucketCallback on_bucket_;
   bool sync_ = true;
