@@ -141,7 +141,8 @@ int main(int argc, char** argv) {
       const auto t1 = Clock::now();
       for (std::size_t l = layers; l-- > 0;) {
         kernels::gemm(kernels::Trans::Yes, kernels::Trans::No, 1.0f, dys[l], acts[l], 0.0f, dws[l]);
-        if (l > 0 || !first_stage) kernels::gemm(kernels::Trans::No, kernels::Trans::No, 1.0f, dys[l], ws[l], 0.0f, dxs[l]);
+        if (l > 0 || !first_stage)
+          kernels::gemm(kernels::Trans::No, kernels::Trans::No, 1.0f, dys[l], ws[l], 0.0f, dxs[l]);
       }
       Kokkos::fence();
       if (!keep) return;
@@ -186,13 +187,17 @@ int main(int argc, char** argv) {
     dxs.clear();
 
     // Report the slowest rank's medians.
-    double med[11] = {median(step),      median(fwd),  median(bwd),      median(exposed),
-                      median(opt),       median(other), median(gemm),    median(gemm_fwd),
-                      median(opt_alone), ddp ? median(comm_alone) : 0,   median(idle)};
+    double med[11] = {median(step),  median(fwd),  median(bwd),      median(exposed),   median(opt),
+                      median(other), median(gemm), median(gemm_fwd), median(opt_alone), ddp ? median(comm_alone) : 0,
+                      median(idle)};
     MPI_Allreduce(MPI_IN_PLACE, med, 11, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     // Memory and traffic of the rank that holds and sends the most.
-    double bytes[6] = {static_cast<double>(last.model_state_bytes), static_cast<double>(last.working_bytes), peak_rss,
-                       last.comm_bytes, last.tp_comm_bytes, last.pp_comm_bytes};
+    double bytes[6] = {static_cast<double>(last.model_state_bytes),
+                       static_cast<double>(last.working_bytes),
+                       peak_rss,
+                       last.comm_bytes,
+                       last.tp_comm_bytes,
+                       last.pp_comm_bytes};
     MPI_Allreduce(MPI_IN_PLACE, bytes, 6, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     // The pipeline's bubble: each rank's median share of idle time (per rank, and the largest).
     const double my_bubble = bubbles.empty() ? 0 : median(bubbles);
@@ -203,11 +208,12 @@ int main(int argc, char** argv) {
     // No schedule on these cores can beat doing the three unavoidable parts back to back.
     const double floor = med[6] + med[8] + med[9];
     if (session.rank() == 0) {
-      std::printf("# tessera-bench-train: %d ranks (%s, %s), MLP %zu x %zu, global batch %lld, %s%s, grads %s, %d steps\n",
-                  comm->size(), comm::backend_name(comm->backend()), trainer.strategy().name(), c.layers, c.dim,
-                  static_cast<long long>(c.global_batch), c.optimizer.c_str(),
-                  c.overlap_optimizer ? " overlapped with communication" : " after communication",
-                  dtype_name(c.ddp.grad_dtype), steps);
+      std::printf(
+          "# tessera-bench-train: %d ranks (%s, %s), MLP %zu x %zu, global batch %lld, %s%s, grads %s, %d steps\n",
+          comm->size(), comm::backend_name(comm->backend()), trainer.strategy().name(), c.layers, c.dim,
+          static_cast<long long>(c.global_batch), c.optimizer.c_str(),
+          c.overlap_optimizer ? " overlapped with communication" : " after communication", dtype_name(c.ddp.grad_dtype),
+          steps);
       std::printf("  median step        %9.2f ms  (%.1f steps/s, %.0f samples/s)\n", med[0] * 1e3, 1 / med[0],
                   static_cast<double>(c.global_batch) / med[0]);
       std::printf("    forward          %9.2f ms  (its GEMMs alone: %.2f ms)\n", med[1] * 1e3, med[7] * 1e3);
@@ -227,19 +233,20 @@ int main(int argc, char** argv) {
       } else {
         std::printf("  optimizer alone    %9.2f ms (over this rank's shard)\n", med[8] * 1e3);
       }
-      if (c.pp > 1)
-      {
+      if (c.pp > 1) {
         std::string per_rank;
         for (double b : rank_bubbles) per_rank += (per_rank.empty() ? "" : ", ") + std::to_string(b).substr(0, 5);
-        std::printf("  pipeline bubble    %9.3f of the pipeline's span at most (per rank: %s; %s, %d micro-batches, "
-                    "%d stages; the schedule's own: %.3f)\n",
-                    bubble, per_rank.c_str(), c.schedule.c_str(), c.microbatches, c.pp,
-                    (c.pp - 1.0) / (c.microbatches + c.pp - 1.0));
+        std::printf(
+            "  pipeline bubble    %9.3f of the pipeline's span at most (per rank: %s; %s, %d micro-batches, "
+            "%d stages; the schedule's own: %.3f)\n",
+            bubble, per_rank.c_str(), c.schedule.c_str(), c.microbatches, c.pp,
+            (c.pp - 1.0) / (c.microbatches + c.pp - 1.0));
       }
       const auto mib = [](double b) { return b / (1024.0 * 1024.0); };
-      std::printf("  per rank (most):   model state %.1f MiB, working buffers %.1f MiB, peak resident %.1f MiB, "
-                  "sent %.1f MiB per step\n",
-                  mib(bytes[0]), mib(bytes[1]), mib(bytes[2]), mib(bytes[3]));
+      std::printf(
+          "  per rank (most):   model state %.1f MiB, working buffers %.1f MiB, peak resident %.1f MiB, "
+          "sent %.1f MiB per step\n",
+          mib(bytes[0]), mib(bytes[1]), mib(bytes[2]), mib(bytes[3]));
       if (!json_path.empty()) {
         char host[256] = {};
         gethostname(host, sizeof host - 1);

@@ -147,7 +147,6 @@ inline std::vector<float> block_of(const nn::Parameter& p, const std::vector<flo
   return out;
 }
 
-
 /// A view's contents as a host vector.
 inline std::vector<float> host(const View1D<float>& v) {
   const auto h = host_copy(v);

@@ -29,12 +29,14 @@ inline void write_trace(const std::string& path) {
   MPI_Comm_size(MPI_COMM_WORLD, &ranks);
   nlohmann::json mine = nlohmann::json::array();
   std::map<std::string, int> tracks;
-  mine.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", rank}, {"args", {{"name", "rank " + std::to_string(rank)}}}});
+  mine.push_back(
+      {{"ph", "M"}, {"name", "process_name"}, {"pid", rank}, {"args", {{"name", "rank " + std::to_string(rank)}}}});
   mine.push_back({{"ph", "M"}, {"name", "process_sort_index"}, {"pid", rank}, {"args", {{"sort_index", rank}}}});
   for (const auto& e : events) {
     auto [it, added] = tracks.emplace(e.track, static_cast<int>(tracks.size()));
     if (added)
-      mine.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", rank}, {"tid", it->second}, {"args", {{"name", e.track}}}});
+      mine.push_back(
+          {{"ph", "M"}, {"name", "thread_name"}, {"pid", rank}, {"tid", it->second}, {"args", {{"name", e.track}}}});
     mine.push_back({{"ph", "X"},
                     {"name", e.name},
                     {"cat", e.category},
@@ -60,8 +62,9 @@ inline void write_trace(const std::string& path) {
   if (rank != 0) return;
   nlohmann::json out = {{"traceEvents", nlohmann::json::array()}, {"displayTimeUnit", "ms"}};
   for (int r = 0; r < ranks; ++r) {
-    const auto part = nlohmann::json::parse(all.begin() + offsets[static_cast<std::size_t>(r)],
-                                            all.begin() + offsets[static_cast<std::size_t>(r)] + sizes[static_cast<std::size_t>(r)]);
+    const auto part =
+        nlohmann::json::parse(all.begin() + offsets[static_cast<std::size_t>(r)],
+                              all.begin() + offsets[static_cast<std::size_t>(r)] + sizes[static_cast<std::size_t>(r)]);
     for (const auto& e : part) out["traceEvents"].push_back(e);
   }
   std::ofstream file(path);

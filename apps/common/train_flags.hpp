@@ -24,7 +24,9 @@ struct TrainFlags {
   void add_to(CLI::App& app) {
     auto& c = config;
     constexpr long long kMany = 1ll << 30;
-    app.add_option("--model.layers", c.layers, "number of Linear layers")->capture_default_str()->check(whole(1, kMany));
+    app.add_option("--model.layers", c.layers, "number of Linear layers")
+        ->capture_default_str()
+        ->check(whole(1, kMany));
     app.add_option("--model.dim", c.dim, "width of every layer")->capture_default_str()->check(whole(1, kMany));
     app.add_option("--train.batch", c.global_batch, "global batch: samples per step over all ranks")
         ->capture_default_str()

@@ -99,10 +99,9 @@ int main(int argc, char** argv) {
           "tessera-train: %d ranks (%s, %s), MLP %zu x %zu (%zu parameters), %s, %s, batch %lld x %lld steps, "
           "BLAS threads %s per rank (%s)\n",
           comm->size(), comm::backend_name(comm->backend()), trainer.strategy().name(), c.layers, c.dim,
-          c.layers * (c.dim * c.dim + c.dim),
-          trainer.dataset().describe().c_str(), c.optimizer.c_str(), static_cast<long long>(c.global_batch),
-          static_cast<long long>(c.steps), blas.threads > 0 ? std::to_string(blas.threads).c_str() : "?",
-          blas.reason.c_str());
+          c.layers * (c.dim * c.dim + c.dim), trainer.dataset().describe().c_str(), c.optimizer.c_str(),
+          static_cast<long long>(c.global_batch), static_cast<long long>(c.steps),
+          blas.threads > 0 ? std::to_string(blas.threads).c_str() : "?", blas.reason.c_str());
     double first_loss = 0, last_loss = 0, elapsed = 0;
     const std::int64_t every = std::max<std::int64_t>(1, c.steps / 20);
     auto report = [&](const train::StepMetrics& m) {

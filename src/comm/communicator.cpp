@@ -1,7 +1,7 @@
 #include <tessera/comm/communicator.hpp>
-#include <tessera/core/trace.hpp>
 #include <tessera/config.hpp>
 #include <tessera/core/session.hpp>
+#include <tessera/core/trace.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -961,16 +961,22 @@ double modelled_bytes(const Op& op, int ranks) {
   const double n = ranks, block = static_cast<double>(op.count * dtype_size(op.dtype));
   if (ranks < 2) return op.type == OpType::Send ? block : 0.0;
   switch (op.type) {
-    case OpType::AllReduce: return 2 * (n - 1) / n * block;
+    case OpType::AllReduce:
+      return 2 * (n - 1) / n * block;
     case OpType::AllGather:
     case OpType::ReduceScatter:
-    case OpType::AllToAll: return (n - 1) * block;  // count is the per-rank block
+    case OpType::AllToAll:
+      return (n - 1) * block;  // count is the per-rank block
     case OpType::Broadcast:
-    case OpType::Reduce: return (n - 1) / n * block;
+    case OpType::Reduce:
+      return (n - 1) / n * block;
     case OpType::Scatter:
-    case OpType::Gather: return (n - 1) / n * block;  // the root's (n-1) blocks, over n ranks
-    case OpType::Send: return block;
-    default: return 0.0;
+    case OpType::Gather:
+      return (n - 1) / n * block;  // the root's (n-1) blocks, over n ranks
+    case OpType::Send:
+      return block;
+    default:
+      return 0.0;
   }
 }
 }  // namespace

@@ -30,8 +30,7 @@ std::vector<Event> stop() {
   return out;
 }
 
-void record(const char* category, std::string name, std::string track, Clock::time_point begin,
-            Clock::time_point end) {
+void record(const char* category, std::string name, std::string track, Clock::time_point begin, Clock::time_point end) {
   if (!enabled()) return;
   std::lock_guard<std::mutex> lock(mutex);
   events.push_back({std::move(name), category, std::move(track), us(begin - origin), us(end - begin)});

@@ -53,9 +53,9 @@ Linear::Linear(ParameterStore& store, const std::string& name, std::size_t in, s
   if (split != TensorSplit::None && cut % static_cast<std::size_t>(parts) != 0)
     throw ConfigError("tensor parallelism over " + std::to_string(parts) + " ranks cuts layer '" + name + "' into " +
                       std::to_string(parts) + " blocks of its " + std::to_string(cut) + " " +
-                      (split == TensorSplit::Column ? "output" : "input") + " features, and " +
-                      std::to_string(cut) + " does not divide by " + std::to_string(parts) +
-                      "; choose a width divisible by " + std::to_string(parts));
+                      (split == TensorSplit::Column ? "output" : "input") + " features, and " + std::to_string(cut) +
+                      " does not divide by " + std::to_string(parts) + "; choose a width divisible by " +
+                      std::to_string(parts));
   const float bound = 1.0f / std::sqrt(static_cast<float>(in));  // the whole layer's fan-in
   const std::vector<std::int64_t> shape = {static_cast<std::int64_t>(out), static_cast<std::int64_t>(in)};
   switch (split) {
@@ -193,8 +193,7 @@ View2D<float> GELU::backward(const View2D<const float>& dy) {
   return dx_;
 }
 
-MLP::MLP(ParameterStore& store, std::size_t layers, std::size_t dim, const std::string& prefix,
-         comm::Communicator* tp)
+MLP::MLP(ParameterStore& store, std::size_t layers, std::size_t dim, const std::string& prefix, comm::Communicator* tp)
     : MLP(store, layers, dim, prefix, tp, 0, layers) {}
 
 MLP::MLP(ParameterStore& store, std::size_t layers, std::size_t dim, const std::string& prefix, comm::Communicator* tp,
@@ -210,8 +209,8 @@ MLP::MLP(ParameterStore& store, std::size_t layers, std::size_t dim, const std::
   for (std::size_t i = first; i < first + count; ++i) {
     const std::string name = prefix + "." + std::to_string(i);
     // Column then row; an odd last layer stays whole.
-    const TensorSplit how = !split ? TensorSplit::None
-                            : i % 2 == 1 ? TensorSplit::Row
+    const TensorSplit how = !split           ? TensorSplit::None
+                            : i % 2 == 1     ? TensorSplit::Row
                             : i + 1 < layers ? TensorSplit::Column
                                              : TensorSplit::None;
     if (split)
@@ -224,7 +223,7 @@ MLP::MLP(ParameterStore& store, std::size_t layers, std::size_t dim, const std::
 
 std::unique_ptr<Linear> Linear::replica() const {
   std::unique_ptr<Linear> r(new Linear(*this));  // the parameters, the split, the hooks
-  r->x_ = {};                                     // and activations of its own
+  r->x_ = {};                                    // and activations of its own
   r->y_ = {};
   r->dx_ = {};
   r->dy_ = {};

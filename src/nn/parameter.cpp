@@ -40,8 +40,9 @@ Parameter& ParameterStore::add(const std::string& name, std::vector<std::int64_t
       throw Error("parameter '" + name + "' has no axis " + std::to_string(shard.axis) + " to cut into blocks");
     const std::int64_t extent = p.shape[static_cast<std::size_t>(shard.axis)];
     if (extent % shard.parts != 0)
-      throw ConfigError("parameter '" + name + "': its " + std::to_string(extent) + (shard.axis == 0 ? " rows" : " columns") +
-                        " do not split into " + std::to_string(shard.parts) + " equal blocks");
+      throw ConfigError("parameter '" + name + "': its " + std::to_string(extent) +
+                        (shard.axis == 0 ? " rows" : " columns") + " do not split into " + std::to_string(shard.parts) +
+                        " equal blocks");
   }
   p.shard = shard;
   p.init = init;

@@ -46,7 +46,9 @@ void accumulate(const T* src, float* dst, std::size_t n, bool add) {
 void copy(const float* src, float* dst, std::size_t n) {
   Kokkos::deep_copy(Kokkos::DefaultExecutionSpace(), Span<float>(dst, n), Span<const float>(src, n));
 }
-void fill_zero(float* dst, std::size_t n) { Kokkos::deep_copy(Kokkos::DefaultExecutionSpace(), Span<float>(dst, n), 0.0f); }
+void fill_zero(float* dst, std::size_t n) {
+  Kokkos::deep_copy(Kokkos::DefaultExecutionSpace(), Span<float>(dst, n), 0.0f);
+}
 
 /// The part of [lo, hi) inside [b, e), or an empty range.
 std::pair<std::size_t, std::size_t> overlap(std::size_t lo, std::size_t hi, std::size_t b, std::size_t e) {
@@ -80,12 +82,12 @@ bool FlatPartition::equal() const {
 }
 
 struct ZeroDataParallel::Slot {
-  View1D<float> grad;      // stages 2 and 3: where backward writes the bucket's gradients
-  View1D<bfloat16> wire;   // bfloat16 gradients: what travels
+  View1D<float> grad;     // stages 2 and 3: where backward writes the bucket's gradients
+  View1D<bfloat16> wire;  // bfloat16 gradients: what travels
 };
 
 struct ZeroDataParallel::Gathered {
-  bool live = false;    // gathered, or its gather in flight
+  bool live = false;  // gathered, or its gather in flight
   std::unique_ptr<View1D<float>> buffer;
   float* base = nullptr;
   int users = 0;  // parameters acquired and not yet released
@@ -105,8 +107,9 @@ ZeroDataParallel::ZeroDataParallel(nn::Module& model, nn::ParameterStore& store,
     throw ConfigError(std::string("ZeRO: gradients travel as float32 or bfloat16, not ") +
                       dtype_name(options.grad_dtype));
   if (store.allocated())
-    throw Error("ZeroDataParallel: give it the parameter store before it is allocated; the stage decides what "
-                "this rank keeps");
+    throw Error(
+        "ZeroDataParallel: give it the parameter store before it is allocated; the stage decides what "
+        "this rank keeps");
   rank_ = comm.rank();
   alone_ = comm.size() == 1;
   partition_ = FlatPartition(store.numel(), comm.size(), options.align);

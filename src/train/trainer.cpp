@@ -66,11 +66,13 @@ void TrainConfig::validate() const {
     if (tp > 1)
       for (int s = 1; s < pp; ++s) {
         const auto r = parallel::stage_layers(layers, pp, s);
-        require(r.first % 2 == 0, "with --parallel.tp " + std::to_string(tp) + " every pipeline stage must hold whole "
-                                  "column-row pairs of layers, and stage " + std::to_string(s) + " of " +
-                                  std::to_string(pp) + " would start at layer " + std::to_string(r.first) + " of " +
-                                  std::to_string(layers) + "; choose --model.layers so that " + std::to_string(pp) +
-                                  " stages get an even number of layers each (e.g. " + std::to_string(2 * pp) + ")");
+        const std::string at = "stage " + std::to_string(s) + " of " + std::to_string(pp) + " would start at layer " +
+                               std::to_string(r.first) + " of " + std::to_string(layers);
+        require(r.first % 2 == 0, "with --parallel.tp " + std::to_string(tp) +
+                                      " every pipeline stage must hold whole column-row pairs of layers, and " + at +
+                                      "; choose --model.layers so that " + std::to_string(pp) +
+                                      " stages get an even number of layers each (e.g. " + std::to_string(2 * pp) +
+                                      ")");
       }
   }
   require(tp == 1 || dim % static_cast<std::size_t>(tp) == 0,
@@ -142,8 +144,8 @@ Trainer::Trainer(TrainConfig config, comm::Communicator& comm) : config_(std::mo
   if (comm.size() % model_ranks != 0)
     throw ConfigError(config_.pp == 1
                           ? "--parallel.tp " + std::to_string(config_.tp) + " does not divide the " +
-                                std::to_string(comm.size()) + " ranks into tensor-parallel groups; choose a divisor of " +
-                                std::to_string(comm.size())
+                                std::to_string(comm.size()) +
+                                " ranks into tensor-parallel groups; choose a divisor of " + std::to_string(comm.size())
                           : "--parallel.tp " + std::to_string(config_.tp) + " x --parallel.pp " +
                                 std::to_string(config_.pp) + " = " + std::to_string(model_ranks) +
                                 " ranks per model replica does not divide the " + std::to_string(comm.size()) +
@@ -160,11 +162,11 @@ Trainer::Trainer(TrainConfig config, comm::Communicator& comm) : config_(std::mo
   const std::int64_t ranks = dp_->size();
   const std::int64_t pieces = ranks * config_.accum * (config_.pp > 1 ? config_.microbatches : 1);
   if (config_.global_batch % pieces != 0)
-    throw ConfigError("--train.batch " + std::to_string(config_.global_batch) + " does not divide across " +
-                      std::to_string(ranks) + " ranks x " + std::to_string(config_.accum) + " micro-steps" +
-                      (config_.pp > 1 ? " x " + std::to_string(config_.microbatches) + " pipeline micro-batches"
-                                      : std::string()) +
-                      "; choose a multiple of " + std::to_string(pieces));
+    throw ConfigError(
+        "--train.batch " + std::to_string(config_.global_batch) + " does not divide across " + std::to_string(ranks) +
+        " ranks x " + std::to_string(config_.accum) + " micro-steps" +
+        (config_.pp > 1 ? " x " + std::to_string(config_.microbatches) + " pipeline micro-batches" : std::string()) +
+        "; choose a multiple of " + std::to_string(pieces));
   // Refuse, before allocating anything, a run that cannot fit (rather than meet the kernel's
   // out-of-memory killer, which ends a process with no message).
   const auto need = config_.estimate_memory(comm.size());
@@ -178,8 +180,7 @@ Trainer::Trainer(TrainConfig config, comm::Communicator& comm) : config_(std::mo
       s << std::fixed << b / 1e9 << " GB";
       return s.str();
     };
-    const std::string strategy =
-        config_.zero_stage == 0 ? "DDP" : "ZeRO stage " + std::to_string(config_.zero_stage);
+    const std::string strategy = config_.zero_stage == 0 ? "DDP" : "ZeRO stage " + std::to_string(config_.zero_stage);
     std::string instead;
     for (int stage = config_.zero_stage + 1; stage <= 3 && ranks > 1 && instead.empty(); ++stage) {
       TrainConfig other = config_;
@@ -311,7 +312,8 @@ std::string Trainer::layout() const {
     out += "; pipeline groups" + groups('p') + " (stages";
     for (int s = 0; s < pp; ++s) {
       const auto r = parallel::stage_layers(config_.layers, pp, s);
-      out += " " + std::to_string(s) + ": layers " + std::to_string(r.first) + "-" + std::to_string(r.first + r.count - 1);
+      out +=
+          " " + std::to_string(s) + ": layers " + std::to_string(r.first) + "-" + std::to_string(r.first + r.count - 1);
       out += s + 1 < pp ? "," : ")";
     }
   }

@@ -8,8 +8,8 @@
 
 #include <tessera/nn/layers.hpp>
 #include <tessera/parallel/pipeline.hpp>
-#include <tessera/train/trainer.hpp>
 #include <tessera/tessera.hpp>
+#include <tessera/train/trainer.hpp>
 
 #include "test_support.hpp"
 
@@ -123,8 +123,8 @@ std::vector<Layout> layouts() {
     case 3:
       return {{1, 3, 0, "1f1b"}, {1, 3, 2, "gpipe"}};
     case 4:
-      return {{1, 4, 0, "1f1b"}, {1, 4, 0, "gpipe"}, {1, 2, 0, "1f1b"}, {1, 2, 2, "1f1b"}, {1, 2, 3, "1f1b"},
-              {2, 2, 0, "1f1b"}, {2, 2, 3, "gpipe"}};
+      return {{1, 4, 0, "1f1b"}, {1, 4, 0, "gpipe"}, {1, 2, 0, "1f1b"}, {1, 2, 2, "1f1b"},
+              {1, 2, 3, "1f1b"}, {2, 2, 0, "1f1b"},  {2, 2, 3, "gpipe"}};
     case 8:
       return {{2, 2, 2, "1f1b"}};
     default:

@@ -75,7 +75,7 @@ TEST(TensorParallel, OutputsAndGradientsMatchTheWholeModel) {
       for (std::size_t j = 0; j < a.extent(1); ++j) EXPECT_NEAR(b(i, j), a(i, j), 1e-5) << layers << " layers";
     for (auto& p : split.store.parameters())
       test::expect_same_parameters(block_of(p, host(whole.store.find(p.name).grad)), host(p.grad), 1e-5,
-                   std::to_string(layers) + " layers, gradient of " + p.name);
+                                   std::to_string(layers) + " layers, gradient of " + p.name);
     EXPECT_EQ(dx_split.extent(1), kDim) << "the input gradient is whole on every rank";
   }
 }
@@ -105,7 +105,7 @@ TEST(TensorParallel, TenSGDStepsEndWithTheWholeModelsParameters) {
     EXPECT_GT(moved, 1e-3) << "the steps must change the parameters, or the comparison proves nothing";
     for (auto& p : split.store.parameters())
       test::expect_same_parameters(block_of(p, host(whole.store.find(p.name).value)), host(p.value), 1e-5,
-                   std::to_string(layers) + " layers, " + p.name);
+                                   std::to_string(layers) + " layers, " + p.name);
   }
 }
 
@@ -204,7 +204,8 @@ TEST(TensorParallelTraining, LayoutsThatCannotRunAreConfigErrors) {
                     "does not divide the " + std::to_string(world().size()) + " ranks");
   c.tp = 4;
   c.dim = 10;
-  EXPECT_THROW_WITH(train::Trainer(c, world()), ConfigError, "10 does not divide by 4; choose --model.dim divisible by 4");
+  EXPECT_THROW_WITH(train::Trainer(c, world()), ConfigError,
+                    "10 does not divide by 4; choose --model.dim divisible by 4");
 }
 
 TEST(TensorParallelTraining, TheLayoutNamesEachGroupsRanks) {

@@ -32,9 +32,8 @@ struct Layout {
   std::size_t layers, dim, align;
   const char* what;
 };
-const Layout kLayouts[] = {{3, 29, 64, "uneven shards, width 29"},
-                           {3, 32, 1, "equal shards"},
-                           {2, 4, 64, "empty shards"}};
+const Layout kLayouts[] = {
+    {3, 29, 64, "uneven shards, width 29"}, {3, 32, 1, "equal shards"}, {2, 4, 64, "empty shards"}};
 
 train::TrainConfig with(train::TrainConfig c, const Layout& l, int stage) {
   c.layers = l.layers;
@@ -165,9 +164,10 @@ TEST(Zero, ModelStateBytesFollowTheFormulaOfEachStage) {
     const auto m = t.step();
     const std::size_t psi = t.parameters().numel();
     const std::size_t shard = parallel::FlatPartition(psi, n, c.zero.align).size(me);
-    const std::size_t want = stage == 0 ? 16 * psi : stage == 1 ? 8 * psi + 8 * shard
-                                                 : stage == 2 ? 4 * psi + 12 * shard
-                                                              : 16 * shard;
+    const std::size_t want = stage == 0   ? 16 * psi
+                             : stage == 1 ? 8 * psi + 8 * shard
+                             : stage == 2 ? 4 * psi + 12 * shard
+                                          : 16 * shard;
     EXPECT_EQ(m.model_state_bytes, want) << "stage " << stage << " on rank " << me << " of " << n;
     if (stage > 0) {
       EXPECT_EQ(t.zero().partition().size(me), shard);

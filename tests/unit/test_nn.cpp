@@ -316,8 +316,8 @@ TEST(Gradients, BackwardInTwoHalvesEqualsOneBackward) {
   b.zero_grad();
   const auto dx_first = host_copy(halves.backward_input(dy));
   EXPECT_TRUE(ready.empty()) << "a gradient was reported before backward_weights()";
-  EXPECT_EQ(acquired, (std::vector<std::string>{"layers.2.weight input", "layers.1.weight input",
-                                                "layers.0.weight input"}));
+  EXPECT_EQ(acquired,
+            (std::vector<std::string>{"layers.2.weight input", "layers.1.weight input", "layers.0.weight input"}));
   for (std::size_t i = 0; i < dx.extent(0); ++i)
     for (std::size_t j = 0; j < dx.extent(1); ++j) EXPECT_EQ(dx_first(i, j), dx(i, j));
   acquired.clear();

@@ -29,7 +29,6 @@ void start();
 /// Stops recording and hands over this rank's events, in the order they ended.
 std::vector<Event> stop();
 /// Records [begin, end) (thread-safe; nothing when not enabled).
-void record(const char* category, std::string name, std::string track, Clock::time_point begin,
-            Clock::time_point end);
+void record(const char* category, std::string name, std::string track, Clock::time_point begin, Clock::time_point end);
 
 }  // namespace tessera::trace

@@ -51,7 +51,7 @@ class Linear final : public Module {
   Linear(const Linear&) = default;
   void weight_gradients(const View2D<const float>& dy);  // dW and db, each reported ready
   void input_gradient(const View2D<const float>& dy);    // dx = dy W
-  std::size_t in_, out_;  // as this rank's block sees them
+  std::size_t in_, out_;                                 // as this rank's block sees them
   TensorSplit split_ = TensorSplit::None;
   comm::Communicator* tp_ = nullptr;
   Parameter* weight_;

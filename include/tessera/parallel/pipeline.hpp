@@ -30,9 +30,9 @@ const char* schedule_name(Schedule s) noexcept;
 
 /// What one run of the pipeline did on this rank.
 struct PipelineStats {
-  double span_s = 0;  ///< from every stage starting together to the last one finishing
+  double span_s = 0;                     ///< from every stage starting together to the last one finishing
   double forward_s = 0, backward_s = 0;  ///< of which computing (forward includes the loss)
-  double idle_s = 0;  ///< the rest: waiting for a neighbour (the "bubble")
+  double idle_s = 0;                     ///< the rest: waiting for a neighbour (the "bubble")
   double bubble_fraction() const { return span_s > 0 ? idle_s / span_s : 0; }
   std::size_t max_in_flight = 0;  ///< micro-batches forwarded and not yet backwarded, at most
 };
@@ -88,11 +88,11 @@ class Pipeline {
   Schedule schedule_;
   int microbatches_, stage_, stages_;
   std::size_t rows_, in_, out_;
-  std::vector<View2D<float>> inputs_;  // per replica: the activations received for its micro-batch
-  View2D<float> grad_in_;              // the gradient received from the next stage
-  comm::Work grad_recv_;               // its receive, once posted
-  int grad_recv_for_ = -1;             // the micro-batch it is posted for (-1: none)
-  std::vector<View2D<float>> dy_;      // per replica (last stage): the loss gradient
+  std::vector<View2D<float>> inputs_;                       // per replica: the activations received for its micro-batch
+  View2D<float> grad_in_;                                   // the gradient received from the next stage
+  comm::Work grad_recv_;                                    // its receive, once posted
+  int grad_recv_for_ = -1;                                  // the micro-batch it is posted for (-1: none)
+  std::vector<View2D<float>> dy_;                           // per replica (last stage): the loss gradient
   std::vector<comm::Work> forward_sends_, backward_sends_;  // per replica: its last send
   std::size_t live_ = 0;
   PipelineStats stats_;

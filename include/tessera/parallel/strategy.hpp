@@ -20,7 +20,7 @@ struct SyncStats {
   /// Time the step waited for communication: in finish_gradient_sync() and finish_step(),
   /// and, for ZeRO stage 3, for gathers during forward and backward (included here).
   double exposed_s = 0;
-  double on_bucket_s = 0;        ///< time spent in on_bucket callbacks so far this step
+  double on_bucket_s = 0;           ///< time spent in on_bucket callbacks so far this step
   double waited_in_forward_s = 0;   ///< of exposed_s, the part spent inside forward
   double waited_in_backward_s = 0;  ///< of exposed_s, the part spent inside backward
   /// For each bucket, in launch order: how many of the model's gradients were ready when it

@@ -127,8 +127,8 @@ class ZeroDataParallel final : public DataParallelStrategy {
 
   std::vector<Bucket> buckets_;
   std::unordered_map<const nn::Parameter*, std::size_t> bucket_of_;
-  std::vector<std::size_t> pending_;    // per bucket: gradients not yet ready this micro-step
-  std::vector<int> slot_of_;            // per bucket: its slot, or -1
+  std::vector<std::size_t> pending_;                   // per bucket: gradients not yet ready this micro-step
+  std::vector<int> slot_of_;                           // per bucket: its slot, or -1
   std::size_t largest_bucket_ = 0, largest_unit_ = 0;  // the lent buffers' capacities
   std::vector<std::vector<comm::Work>> work_;
   std::vector<std::uint8_t> launched_, harvested_, handed_, accumulated_;
@@ -138,9 +138,9 @@ class ZeroDataParallel final : public DataParallelStrategy {
 
   std::vector<ZeroUnit> units_;
   std::unordered_map<const nn::Parameter*, std::size_t> unit_of_;
-  std::vector<std::unique_ptr<Gathered>> gathered_;  // per unit
+  std::vector<std::unique_ptr<Gathered>> gathered_;          // per unit
   std::vector<std::unique_ptr<View1D<float>>> gather_pool_;  // free gather buffers
-  int gathers_live_ = 0;  // units gathered or in flight (the same count on every rank)
+  int gathers_live_ = 0;      // units gathered or in flight (the same count on every rank)
   std::ptrdiff_t kept_ = -1;  // the unit the last pass released last, still gathered, or -1
 
   BucketCallback on_bucket_;

@@ -142,7 +142,7 @@ class Trainer {
   comm::Communicator& comm_;
   std::unique_ptr<comm::DeviceMesh> mesh_;  // with tensor or pipeline parallelism
   comm::Communicator* dp_ = nullptr;
-  double replicated_grad_square() const;   // over parameters every tp rank holds whole
+  double replicated_grad_square() const;  // over parameters every tp rank holds whole
   nn::ParameterStore store_;
   std::unique_ptr<nn::MLP> model_;
   std::unique_ptr<data::Dataset> dataset_;
