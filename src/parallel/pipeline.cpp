@@ -42,7 +42,6 @@ Pipeline::Pipeline(comm::Communicator& group, std::vector<nn::Module*> replicas,
       stage_(group.rank()),
       stages_(group.size()),
       rows_(rows),
-      in_(in),
       out_(out) {
   if (microbatches < 1) throw ConfigError("--parallel.microbatches must be >= 1");
   const int needed = in_flight(schedule, microbatches, stages_, stage_);

@@ -87,7 +87,7 @@ class Pipeline {
   std::vector<nn::Module*> replicas_;
   Schedule schedule_;
   int microbatches_, stage_, stages_;
-  std::size_t rows_, in_, out_;
+  std::size_t rows_, out_;
   std::vector<View2D<float>> inputs_;                       // per replica: the activations received for its micro-batch
   View2D<float> grad_in_;                                   // the gradient received from the next stage
   comm::Work grad_recv_;                                    // its receive, once posted
