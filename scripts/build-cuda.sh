@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Configures and builds Tessera for NVIDIA GPUs in build-cuda/: the library, apps, benchmarks
-# and tests, every source compiled by nvcc through Kokkos' nvcc_wrapper, with the host
-# compiler's and nvcc's own warnings as errors.
+# and tests, every source compiled by nvcc through Kokkos' nvcc_wrapper (with
+# TESSERA_WARNINGS_AS_ERRORS=ON in the environment, as in CI, the host compiler's and nvcc's
+# own warnings are errors).
 #
 #   scripts/build-cuda.sh [KOKKOS_ROOT]
 #
@@ -24,6 +25,7 @@ generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)
 if [ ! -f "$build/CMakeCache.txt" ]; then
   cmake -S "$TESSERA_ROOT" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DKokkos_ROOT="$kokkos" \
-    -DCMAKE_CXX_COMPILER="$kokkos/bin/nvcc_wrapper" -DTESSERA_ENABLE_NCCL=ON
+    -DCMAKE_CXX_COMPILER="$kokkos/bin/nvcc_wrapper" -DTESSERA_ENABLE_NCCL=ON \
+    ${CMAKE_OPTIONS[@]+"${CMAKE_OPTIONS[@]}"}
 fi
 cmake --build "$build" -j "$JOBS"

@@ -12,10 +12,18 @@ if mpiexec --version 2>/dev/null | grep -q "Open MPI\|OpenRTE"; then
   MPIEXEC_FLAGS+=(--oversubscribe)
 fi
 
+# CMake options every script passes: warnings are errors where the environment asks for it
+# (CI exports TESSERA_WARNINGS_AS_ERRORS=ON; a user's build is not stopped by a new warning).
+CMAKE_OPTIONS=()
+if [ -n "${TESSERA_WARNINGS_AS_ERRORS:-}" ]; then
+  CMAKE_OPTIONS+=(-DTESSERA_WARNINGS_AS_ERRORS="$TESSERA_WARNINGS_AS_ERRORS")
+fi
+
 configure() {
   local generator=()
   command -v ninja >/dev/null && generator=(-G Ninja)
   if [ ! -f "$BUILD_DIR/CMakeCache.txt" ]; then
-    cmake -S "$TESSERA_ROOT" -B "$BUILD_DIR" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@"
+    cmake -S "$TESSERA_ROOT" -B "$BUILD_DIR" "${generator[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+      ${CMAKE_OPTIONS[@]+"${CMAKE_OPTIONS[@]}"} "$@"
   fi
 }
