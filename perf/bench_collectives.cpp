@@ -17,7 +17,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <functional>
 #include <optional>
 #include <string>
@@ -305,6 +304,8 @@ int main(int argc, char** argv) {
       throw ConfigError("-b " + min_bytes + " is less than one " + tessera::dtype_name(dtype) + " element (" +
                         std::to_string(dtype_size(dtype)) + " bytes); give at least -b " +
                         std::to_string(dtype_size(dtype)));
+    // The results file is checked before any work.
+    if (!json_path.empty()) apps::check_on_rank0(session, [&] { return apps::cannot_write("--json", json_path); });
     std::vector<std::string> ops = op_name == "all" ? kOps : std::vector<std::string>{op_name};
     for (const auto& o : ops)
       if (std::find(kOps.begin(), kOps.end(), o) == kOps.end())
@@ -461,9 +462,9 @@ int main(int argc, char** argv) {
     MPI_Comm_free(&sync);
     if (leader) {
       if (!json_path.empty()) {
-        std::ofstream f(json_path);
-        if (!f) throw ConfigError("cannot write --json file '" + json_path + "'");
-        f << out.dump(2) << "\n";
+        apps::OutputFile file("--json", json_path);
+        file.stream() << out.dump(2) << "\n";
+        file.commit();
         std::printf("# results written to %s\n", json_path.c_str());
       }
       if (total_wrong > 0) std::printf("# %zu WRONG elements: results are incorrect\n", total_wrong);

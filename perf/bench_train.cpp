@@ -18,7 +18,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <memory>
 #include <vector>
 
@@ -44,6 +43,10 @@ int main(int argc, char** argv) {
   int steps = 30, warmup = 5, rounds = 3;
   std::string json_path, config_path;
   app.add_option("--config", config_path, "TOML file of tessera-train's settings");
+  std::int64_t train_steps = 0;
+  app.add_option("--train.steps", train_steps,
+                 "ignored here (tessera-train's config files set it): the benchmark runs --bench.warmup + "
+                 "--bench.steps steps");
   flags.add_to(app);
   app.add_option("--bench.steps", steps, "timed steps")->capture_default_str()->check(CLI::Range(1, 100000));
   app.add_option("--bench.warmup", warmup, "untimed steps first")->capture_default_str()->check(CLI::Range(0, 100000));
@@ -61,6 +64,13 @@ int main(int argc, char** argv) {
                         std::to_string(steps));
     if (!app.count("--data.samples")) c.synthetic_samples = std::max<std::int64_t>(c.global_batch * 8, 1024);
     c = flags.finish(app);
+    // The results file is checked before any work, and written only when the run finished.
+    apps::check_on_rank0(session, [&] {
+      if (json_path.empty()) return std::string();
+      if (auto why = apps::cannot_write("--json", json_path); !why.empty()) return why;
+      return apps::same_file_twice({{"--json", json_path}},
+                                   {{"--config", config_path}, {"--data.source", c.data == "synthetic" ? "" : c.data}});
+    });
     auto comm = comm::Communicator::create(comm::parse_backend(flags.backend));
     train::Trainer trainer(c, *comm);
     // The floor (GEMMs + optimizer + all-reduces alone) is defined for DDP without tensor
@@ -298,7 +308,9 @@ int main(int argc, char** argv) {
             {"step_over_gemm", med[0] / med[6]},
             {"compute_step_over_gemm", compute_step / med[6]},
             {"floor_over_gemm", ddp ? nlohmann::json(floor / med[6]) : nlohmann::json(nullptr)}};
-        std::ofstream(json_path) << out.dump(2) << "\n";
+        apps::OutputFile file("--json", json_path);
+        file.stream() << out.dump(2) << "\n";
+        file.commit();
         std::printf("# results written to %s\n", json_path.c_str());
       }
     }

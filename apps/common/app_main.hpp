@@ -3,16 +3,13 @@
 // into one clear message and a non-zero exit on every rank (aborting the job when ranks
 // may disagree, so none is left hanging).
 
-#include <fcntl.h>
 #include <mpi.h>
-#include <unistd.h>
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
+#include <cstdlib>
 #include <exception>
 #include <filesystem>
 #include <functional>
@@ -22,6 +19,7 @@
 #include <tessera/core/session.hpp>
 
 #include "config_file.hpp"
+#include "output_file.hpp"
 #include "validators.hpp"
 
 namespace tessera::apps {
@@ -37,33 +35,6 @@ inline void check_on_rank0(Session& session, const std::function<std::string()>&
   if (!error.empty()) throw ConfigError(error);
 }
 
-/// Empty when a file can be created (or replaced) at `path`; otherwise what prevents it,
-/// starting with `flag`. Nothing is left behind.
-inline std::string cannot_write(const std::string& flag, const std::string& path) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  const fs::path target(path);
-  const std::string what = flag + " '" + path + "': ";
-  if (fs::is_directory(target, ec)) return what + "is a directory; give a file name in it";
-  fs::path dir = target.parent_path();
-  if (dir.empty()) dir = ".";
-  if (!fs::exists(dir, ec)) {
-    for (fs::path up = dir; !up.empty() && up != up.parent_path(); up = up.parent_path())
-      if (fs::exists(up, ec) && !fs::is_directory(up, ec))
-        return what + "'" + up.string() + "' is a file, not a directory";
-    return what + "the directory '" + dir.string() + "' does not exist; create it first";
-  }
-  if (!fs::is_directory(dir, ec)) return what + "'" + dir.string() + "' is a file, not a directory";
-  const fs::path probe = dir / (".tessera-write-check-" + std::to_string(getpid()));
-  const int fd = open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
-  if (fd < 0) return what + "cannot create files in '" + dir.string() + "' (" + std::strerror(errno) + ")";
-  close(fd);
-  fs::remove(probe, ec);
-  if (fs::exists(target, ec) && access(path.c_str(), W_OK) != 0)
-    return what + "the file exists and cannot be replaced (" + std::strerror(errno) + ")";
-  return {};
-}
-
 /// Runs body(session) inside a Session after parsing the flags (and the TOML file named by
 /// --config, if the app has that option). Kokkos sees only its own --kokkos-* flags, the app
 /// all the others (so --help is the app's alone). Flag and config-file errors are the same on
@@ -74,13 +45,26 @@ inline std::string cannot_write(const std::string& flag, const std::string& path
 inline int run_app(int argc, char** argv, CLI::App& app, const std::function<int(Session&)>& body) {
   const std::string name = std::filesystem::path(argv[0]).filename().string();
   std::vector<char*> kokkos_argv = {argv[0]}, app_argv = {argv[0]};
-  for (int i = 1; i < argc; ++i)
-    (std::string(argv[i]).rfind("--kokkos-", 0) == 0 ? kokkos_argv : app_argv).push_back(argv[i]);
+  // --kokkos-help: Kokkos' help, printed once (by the launcher's rank 0), and nothing run.
+  bool kokkos_help = false;
+  const char* launcher_rank = nullptr;
+  for (const char* var : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"})
+    if (launcher_rank == nullptr) launcher_rank = std::getenv(var);
+  const bool first_rank = launcher_rank == nullptr || std::string(launcher_rank) == "0";
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--kokkos-help") {
+      kokkos_help = true;
+      if (!first_rank) continue;
+    }
+    (arg.rfind("--kokkos-", 0) == 0 ? kokkos_argv : app_argv).push_back(argv[i]);
+  }
   int kokkos_argc = static_cast<int>(kokkos_argv.size());
   kokkos_argv.push_back(nullptr);
   char** kokkos_args = kokkos_argv.data();
   try {
     Session session(kokkos_argc, kokkos_args);
+    if (kokkos_help) return 0;
     ConfigSource config;
     try {
       // Flags given twice (a config file's, then the command line's) keep the last value.

@@ -6,9 +6,11 @@
 
 #include <CLI/CLI.hpp>
 
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include <tessera/core/error.hpp>
@@ -79,6 +81,9 @@ inline std::vector<std::string> expand_config(int argc, char** argv, const CLI::
   }
   if (path.empty()) return args;
   source.path = path;
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw ConfigError("config file '" + path + "' is a directory; give the TOML file in it");
   std::ifstream file(path);
   if (!file) throw ConfigError("config file '" + path + "' cannot be read");
   detail::check_lines(path, file);

@@ -4,7 +4,6 @@
 
 #include <mpi.h>
 
-#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -12,6 +11,8 @@
 
 #include <tessera/core/error.hpp>
 #include <tessera/core/trace.hpp>
+
+#include "output_file.hpp"
 
 namespace tessera::apps {
 
@@ -21,8 +22,10 @@ inline void start_trace() {
   trace::start();
 }
 
-/// Stops the trace and writes every rank's events to `path` from rank 0 (collective).
-inline void write_trace(const std::string& path) {
+/// Stops the trace and writes every rank's events to `path` from rank 0 (collective). For a
+/// run that did not finish, a file the user already had stays as it was. Returns, on rank 0,
+/// what a failed run's message should add about the file.
+inline std::string write_trace(const std::string& path, bool finished) {
   const auto events = trace::stop();
   int rank = 0, ranks = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -59,7 +62,7 @@ inline void write_trace(const std::string& path) {
     all.resize(static_cast<std::size_t>(total));
   }
   MPI_Gatherv(text.data(), size, MPI_CHAR, all.data(), sizes.data(), offsets.data(), MPI_CHAR, 0, MPI_COMM_WORLD);
-  if (rank != 0) return;
+  if (rank != 0) return {};
   nlohmann::json out = {{"traceEvents", nlohmann::json::array()}, {"displayTimeUnit", "ms"}};
   for (int r = 0; r < ranks; ++r) {
     const auto part =
@@ -67,9 +70,11 @@ inline void write_trace(const std::string& path) {
                               all.begin() + offsets[static_cast<std::size_t>(r)] + sizes[static_cast<std::size_t>(r)]);
     for (const auto& e : part) out["traceEvents"].push_back(e);
   }
-  std::ofstream file(path);
-  file << out.dump() << "\n";
-  if (!file) throw ConfigError("could not write the --trace file '" + path + "'");
+  OutputFile file("--trace", path);
+  file.stream() << out.dump() << "\n";
+  if (!finished && file.existed()) return "; " + file.abandon();
+  file.commit();
+  return finished ? std::string() : "; --trace '" + path + "' holds the steps up to the failure";
 }
 
 }  // namespace tessera::apps

@@ -92,7 +92,13 @@ struct TrainFlags {
   /// After parsing: the configuration, checked.
   train::TrainConfig finish(const CLI::App& app) {
     if (app.count("--optim.lr")) config.lr = lr;
-    config.ddp.grad_dtype = parse_dtype(grad_dtype);
+    const std::string wire = "--comm.grad_dtype '" + grad_dtype + "': gradients travel as fp32 or bf16";
+    try {
+      config.ddp.grad_dtype = parse_dtype(grad_dtype);
+    } catch (const ConfigError&) {
+      throw ConfigError(wire);
+    }
+    if (config.ddp.grad_dtype != DType::Float32 && config.ddp.grad_dtype != DType::BFloat16) throw ConfigError(wire);
     config.validate();
     return config;
   }

@@ -11,8 +11,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <limits>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -70,23 +70,22 @@ int main(int argc, char** argv) {
                         " rank 0 holds only the first stage; saving a pipeline-parallel run is not supported yet: "
                         "run without --save, or with --parallel.pp 1");
     const bool root = session.rank() == 0;
-    // Output files are checked before any work, on every rank alike; the model file is only
-    // replaced at the end of a run that finished.
+    // Output files are checked before any work, on every rank alike, and touched only once the
+    // run is set up; a file the user had is replaced only by a run that finished.
     apps::check_on_rank0(session, [&] {
       if (!metrics_path.empty())
         if (auto why = apps::cannot_write("--metrics", metrics_path); !why.empty()) return why;
       if (!trace_path.empty())
         if (auto why = apps::cannot_write("--trace", trace_path); !why.empty()) return why;
-      if (!save_path.empty()) return apps::cannot_write("--save", save_path);
-      return std::string();
+      if (!save_path.empty())
+        if (auto why = apps::cannot_write("--save", save_path); !why.empty()) return why;
+      return apps::same_file_twice({{"--metrics", metrics_path}, {"--trace", trace_path}, {"--save", save_path}},
+                                   {{"--config", config_path}, {"--data.source", c.data == "synthetic" ? "" : c.data}});
     });
-    std::ofstream metrics;
-    if (root && !metrics_path.empty()) {
-      metrics.open(metrics_path);
-      if (!metrics) throw ConfigError("cannot write the --metrics file '" + metrics_path + "'");
-    }
     auto comm = comm::Communicator::create(comm::parse_backend(flags.backend));
     train::Trainer trainer(c, *comm);
+    std::unique_ptr<apps::OutputFile> metrics_file;
+    if (root && !metrics_path.empty()) metrics_file = std::make_unique<apps::OutputFile>("--metrics", metrics_path);
     const HostThreads& blas = host_threads();
     const bool launched = std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") ||
                           std::getenv("SLURM_STEP_ID") || std::getenv("PMIX_RANK");
@@ -96,11 +95,11 @@ int main(int argc, char** argv) {
     if (root && !quiet && (c.tp > 1 || c.pp > 1)) std::printf("tessera-train: layout %s\n", layout.c_str());
     if (root && !quiet)
       std::printf(
-          "tessera-train: %d ranks (%s, %s), MLP %zu x %zu (%zu parameters), %s, %s, batch %lld x %lld steps, "
+          "tessera-train: %d rank%s (%s, %s), MLP %zu x %zu (%zu parameters), %s, %s, batch %lld x %lld steps, "
           "BLAS threads %s per rank (%s)\n",
-          comm->size(), comm::backend_name(comm->backend()), trainer.strategy().name(), c.layers, c.dim,
-          c.layers * (c.dim * c.dim + c.dim), trainer.dataset().describe().c_str(), c.optimizer.c_str(),
-          static_cast<long long>(c.global_batch), static_cast<long long>(c.steps),
+          comm->size(), comm->size() == 1 ? "" : "s", comm::backend_name(comm->backend()), trainer.strategy().name(),
+          c.layers, c.dim, c.layers * (c.dim * c.dim + c.dim), trainer.dataset().describe().c_str(),
+          c.optimizer.c_str(), static_cast<long long>(c.global_batch), static_cast<long long>(c.steps),
           blas.threads > 0 ? std::to_string(blas.threads).c_str() : "?", blas.reason.c_str());
     double first_loss = 0, last_loss = 0, elapsed = 0;
     const std::int64_t every = std::max<std::int64_t>(1, c.steps / 20);
@@ -109,29 +108,31 @@ int main(int argc, char** argv) {
       last_loss = m.loss;
       elapsed += m.step_time_s;
       if (!root) return;
-      if (metrics.is_open()) {
-        metrics << nlohmann::json{{"step", m.step},
-                                  {"loss", m.loss},
-                                  {"grad_norm", m.grad_norm},
-                                  {"step_time_s", m.step_time_s},
-                                  {"samples_per_s", m.samples_per_s},
-                                  {"comm_exposed_s", m.comm_exposed_s},
-                                  {"forward_s", m.forward_s},
-                                  {"backward_s", m.backward_s},
-                                  {"optimizer_s", m.optimizer_s},
-                                  {"data_s", m.data_s},
-                                  {"pipeline_idle_s", m.pipeline_idle_s},
-                                  {"other_s", m.step_time_s - m.forward_s - m.backward_s - m.comm_exposed_s -
-                                                  m.optimizer_s - m.data_s - m.pipeline_idle_s},
-                                  {"model_state_bytes", m.model_state_bytes},
-                                  {"working_bytes", m.working_bytes},
-                                  {"comm_bytes", m.comm_bytes},
-                                  {"tp_comm_bytes", m.tp_comm_bytes},
-                                  {"pp_comm_bytes", m.pp_comm_bytes},
-                                  {"bubble_fraction", m.bubble_fraction},
-                                  {"microbatches_in_flight", m.microbatches_in_flight}}
-                       .dump()
-                << "\n";
+      if (metrics_file) {
+        metrics_file->stream() << nlohmann::json{{"step", m.step},
+                                                 {"loss", m.loss},
+                                                 {"grad_norm", m.grad_norm},
+                                                 {"step_time_s", m.step_time_s},
+                                                 {"samples_per_s", m.samples_per_s},
+                                                 {"comm_exposed_s", m.comm_exposed_s},
+                                                 {"forward_s", m.forward_s},
+                                                 {"backward_s", m.backward_s},
+                                                 {"optimizer_s", m.optimizer_s},
+                                                 {"data_s", m.data_s},
+                                                 {"pipeline_idle_s", m.pipeline_idle_s},
+                                                 {"other_s", m.step_time_s - m.forward_s - m.backward_s -
+                                                                 m.comm_exposed_s - m.optimizer_s - m.data_s -
+                                                                 m.pipeline_idle_s},
+                                                 {"model_state_bytes", m.model_state_bytes},
+                                                 {"working_bytes", m.working_bytes},
+                                                 {"comm_bytes", m.comm_bytes},
+                                                 {"tp_comm_bytes", m.tp_comm_bytes},
+                                                 {"pp_comm_bytes", m.pp_comm_bytes},
+                                                 {"bubble_fraction", m.bubble_fraction},
+                                                 {"microbatches_in_flight", m.microbatches_in_flight}}
+                                      .dump()
+                               << "\n"
+                               << std::flush;  // a line per step, as it happens (tail -f)
       }
       if (quiet) return;
       const double eta = elapsed / static_cast<double>(m.step) * static_cast<double>(c.steps - m.step);
@@ -152,16 +153,28 @@ int main(int argc, char** argv) {
       trainer.run(report);
     } catch (const NonFiniteError& e) {
       if (tty && root && !quiet) std::printf("\n");
-      if (!trace_path.empty()) apps::write_trace(trace_path);  // every rank stops alike: collective
       // Nothing is saved from a diverged run; a file the user already had stays as it was.
-      throw NonFiniteError(e.message() + (save_path.empty() ? "" : "; --save '" + save_path + "' was not written"));
+      std::string kept;
+      if (metrics_file) kept += "; " + metrics_file->abandon();
+      if (!trace_path.empty()) kept += apps::write_trace(trace_path, false);  // every rank stops alike: collective
+      if (!save_path.empty()) kept += "; --save '" + save_path + "' was not written";
+      throw NonFiniteError(e.message() + kept);
     }
-    if (!trace_path.empty()) apps::write_trace(trace_path);
+    if (!trace_path.empty()) apps::write_trace(trace_path, true);
     if (!save_path.empty()) checkpoint::save_model(save_path, trainer.parameters(), *comm);
-    if (root && !quiet && c.steps > 0)
-      std::printf("done: %lld steps in %.1f s; loss %.6g -> %.6g (%.1fx lower)%s\n", static_cast<long long>(c.steps),
-                  elapsed, first_loss, last_loss, last_loss > 0 ? first_loss / last_loss : 0.0,
+    if (metrics_file) metrics_file->commit();
+    if (root && !quiet && c.steps > 0) {
+      // How the loss moved, either way (a run that is learning nothing says so too).
+      char change[64] = "";
+      if (last_loss > 0 && first_loss >= last_loss)
+        std::snprintf(change, sizeof change, " (%.1fx lower)", first_loss / last_loss);
+      else if (first_loss > 0 && last_loss > first_loss)
+        std::snprintf(change, sizeof change, " (%.1fx HIGHER: not learning; try a lower --optim.lr)",
+                      last_loss / first_loss);
+      std::printf("done: %lld steps in %.*f s; loss %.6g -> %.6g%s%s\n", static_cast<long long>(c.steps),
+                  elapsed < 1 ? 3 : 1, elapsed, first_loss, last_loss, change,
                   save_path.empty() ? "" : ("; parameters saved to " + save_path).c_str());
+    }
     return 0;
   });
 }

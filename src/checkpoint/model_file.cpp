@@ -10,6 +10,20 @@
 #include "core/hdf5_check.hpp"
 
 namespace tessera::checkpoint {
+namespace {
+// Where a write to `path` lands: symbolic links followed, the last one also when it points at
+// a file not made yet.
+std::filesystem::path follow_links(const std::string& path) {
+  std::error_code ec;
+  std::filesystem::path p(path);
+  for (int hops = 0; hops < 40 && std::filesystem::is_symlink(p, ec); ++hops) {
+    const auto to = std::filesystem::read_symlink(p, ec);
+    if (ec) break;
+    p = to.is_absolute() ? to : p.parent_path() / to;
+  }
+  return p;
+}
+}  // namespace
 
 void save_model(const std::string& path, const nn::ParameterStore& store, comm::Communicator& comm) {
   for (const auto& p : store.parameters())
@@ -23,15 +37,20 @@ void save_model(const std::string& path, const nn::ParameterStore& store, comm::
   std::vector<float> values;
   if (store.value_residency() != nn::Residency::Full || comm.rank() == 0) values = parallel::gather_values(store, comm);
   if (comm.rank() == 0) {
-    const std::string tmp = path + ".tmp." + std::to_string(getpid());
-    const auto dir = std::filesystem::path(path).parent_path();
+    // Written beside where `path` leads (through symbolic links, which stay links) and renamed
+    // into place.
+    const std::filesystem::path target = follow_links(path);
+    const std::string tmp = target.string() + ".tmp." + std::to_string(getpid());
+    const auto dir = target.parent_path();
     detail::QuietHdf5 quiet;
     try {
       if (!dir.empty() && std::filesystem::exists(dir) && !std::filesystem::is_directory(dir))
         throw CheckpointError("'" + dir.string() + "' is a file, not a directory");
       if (!dir.empty() && !std::filesystem::is_directory(dir))
         throw CheckpointError("the directory '" + dir.string() + "' does not exist");
-      if (std::filesystem::is_directory(path)) throw CheckpointError("it is a directory; give a file name");
+      if (std::filesystem::is_directory(target)) throw CheckpointError("it is a directory; give a file name");
+      if (std::filesystem::exists(target) && !std::filesystem::is_regular_file(target))
+        throw CheckpointError("'" + target.string() + "' is not a regular file (a device, FIFO or socket)");
       {
         detail::H5Handle file(TESSERA_CHECK_HDF5(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT)),
                               H5Fclose);
@@ -49,7 +68,7 @@ void save_model(const std::string& path, const nn::ParameterStore& store, comm::
         }
         TESSERA_CHECK_HDF5(H5Fflush(file.get(), H5F_SCOPE_GLOBAL));
       }
-      std::filesystem::rename(tmp, path);
+      std::filesystem::rename(tmp, target);
     } catch (const std::exception& e) {
       std::error_code ignore;
       std::filesystem::remove(tmp, ignore);

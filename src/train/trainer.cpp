@@ -45,7 +45,7 @@ void TrainConfig::validate() const {
   require(accum >= 1, "--train.accum must be >= 1");
   require(global_batch % accum == 0, "--train.batch " + std::to_string(global_batch) + " does not split into " +
                                          std::to_string(accum) + " micro-steps (--train.accum); choose a multiple of " +
-                                         std::to_string(accum));
+                                         std::to_string(accum) + " x the data-parallel ranks");
   require(optimizer == "adamw" || optimizer == "sgd",
           "--optim.name '" + optimizer + "' is not an optimizer Tessera has; use adamw or sgd");
   require(!lr || *lr > 0, "--optim.lr must be > 0");
@@ -164,7 +164,8 @@ Trainer::Trainer(TrainConfig config, comm::Communicator& comm) : config_(std::mo
   if (config_.global_batch % pieces != 0)
     throw ConfigError(
         "--train.batch " + std::to_string(config_.global_batch) + " does not divide across " + std::to_string(ranks) +
-        " ranks x " + std::to_string(config_.accum) + " micro-steps" +
+        (ranks == 1 ? " data-parallel rank x " : " data-parallel ranks x ") + std::to_string(config_.accum) +
+        (config_.accum == 1 ? " micro-step" : " micro-steps") +
         (config_.pp > 1 ? " x " + std::to_string(config_.microbatches) + " pipeline micro-batches" : std::string()) +
         "; choose a multiple of " + std::to_string(pieces));
   // Refuse, before allocating anything, a run that cannot fit (rather than meet the kernel's

@@ -12,7 +12,8 @@ namespace tessera::checkpoint {
 
 /// Writes every parameter of `store` to `path` (collective over `comm`; rank 0 writes, after
 /// gathering the ranks' shards where values are sharded, as in ZeRO stage 3). The file
-/// appears complete or not at all: it is written beside `path` and renamed into place.
+/// appears complete or not at all: it is written beside `path` and renamed into place (when
+/// `path` is a symbolic link, beside the file it leads to, and the link stays).
 /// Throws CheckpointError for a store that holds tensor-parallel blocks.
 void save_model(const std::string& path, const nn::ParameterStore& store, comm::Communicator& comm);
 

@@ -1,0 +1,149 @@
+#pragma once
+// The files an app writes (--metrics, --trace, --save, --json): checked before any work, and
+// written so that a run that fails leaves a file the user already had as it was.
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include <tessera/core/error.hpp>
+
+namespace tessera::apps {
+
+/// Where a write to `path` lands: symbolic links followed (a link to a scratch file system is
+/// written through, not replaced), also when the last one points at a file not made yet.
+inline std::filesystem::path final_target(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::path p(path);
+  for (int hops = 0; hops < 40 && fs::is_symlink(p, ec); ++hops) {
+    const fs::path to = fs::read_symlink(p, ec);
+    if (ec) break;
+    p = to.is_absolute() ? to : p.parent_path() / to;
+  }
+  return p;
+}
+
+/// Empty when a file can be created (or replaced) at `path`; otherwise what prevents it,
+/// starting with `flag`. Nothing is left behind.
+inline std::string cannot_write(const std::string& flag, const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path target = final_target(path);
+  const std::string what = flag + " '" + path + "': ";
+  const std::string via = target.string() == path ? "" : "its link leads to '" + target.string() + "', which ";
+  if (fs::is_directory(target, ec)) return what + via + "is a directory; give a file name in it";
+  if (fs::exists(target, ec) && !fs::is_regular_file(target, ec))
+    return what + via +
+           "is not a regular file (a device, FIFO or socket), which the run would replace; give a file name";
+  fs::path dir = target.parent_path();
+  if (dir.empty()) dir = ".";
+  if (!fs::exists(dir, ec)) {
+    for (fs::path up = dir; !up.empty() && up != up.parent_path(); up = up.parent_path())
+      if (fs::exists(up, ec) && !fs::is_directory(up, ec))
+        return what + "'" + up.string() + "' is a file, not a directory";
+    return what + "the directory '" + dir.string() + "' does not exist; create it first";
+  }
+  if (!fs::is_directory(dir, ec)) return what + "'" + dir.string() + "' is a file, not a directory";
+  const fs::path probe = dir / (".tessera-write-check-" + std::to_string(getpid()));
+  const int fd = open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
+  if (fd < 0) return what + "cannot create files in '" + dir.string() + "' (" + std::strerror(errno) + ")";
+  close(fd);
+  fs::remove(probe, ec);
+  if (fs::exists(target, ec) && access(target.c_str(), W_OK) != 0)
+    return what + "the file exists and cannot be replaced (" + std::strerror(errno) + ")";
+  return {};
+}
+
+/// Empty when every file the run writes (`outputs`: flag and path) is a file of its own: not
+/// one another, and not a file the run reads (`inputs`); otherwise what collides. Empty paths
+/// are not given.
+inline std::string same_file_twice(const std::vector<std::pair<std::string, std::string>>& outputs,
+                                   const std::vector<std::pair<std::string, std::string>>& inputs) {
+  namespace fs = std::filesystem;
+  const auto key = [](const std::string& path) {
+    std::error_code ec;
+    const fs::path p = fs::weakly_canonical(fs::absolute(final_target(path), ec), ec);
+    return ec ? fs::absolute(path).lexically_normal() : p;
+  };
+  for (std::size_t i = 0; i < outputs.size(); ++i) {
+    if (outputs[i].second.empty()) continue;
+    const auto mine = key(outputs[i].second);
+    for (std::size_t j = 0; j < outputs.size() + inputs.size(); ++j) {
+      if (j == i) continue;
+      const auto& other = j < outputs.size() ? outputs[j] : inputs[j - outputs.size()];
+      if (other.second.empty() || key(other.second) != mine) continue;
+      const bool read = j >= outputs.size();
+      if (!read && j < i) continue;  // each pair of outputs once
+      return outputs[i].first + " '" + outputs[i].second + "' is " +
+             (read ? "the " + other.first + " file this run reads" : "also the " + other.first + " file") +
+             "; give it a name of its own";
+    }
+  }
+  return {};
+}
+
+/// A file an app writes as it runs (e.g. one metrics line per step). A new file is written in
+/// place, so it can be watched; a file that exists is written beside it (`PATH.tmp.PID`) and
+/// replaces it only when the run finishes (commit). A run that fails keeps what it wrote only
+/// where there was no file before.
+class OutputFile {
+ public:
+  OutputFile(std::string flag, std::string path)
+      : flag_(std::move(flag)), path_(std::move(path)), target_(final_target(path_)) {
+    std::error_code ec;
+    existed_ = std::filesystem::exists(target_, ec);
+    writing_ = existed_ ? std::filesystem::path(target_.string() + ".tmp." + std::to_string(getpid())) : target_;
+    stream_.open(writing_);
+    if (!stream_) throw ConfigError("cannot write the " + flag_ + " file '" + path_ + "'");
+  }
+  OutputFile(const OutputFile&) = delete;
+  OutputFile& operator=(const OutputFile&) = delete;
+  ~OutputFile() {
+    if (!done_) abandon();
+  }
+
+  std::ofstream& stream() { return stream_; }
+  /// Whether the file existed when the run began.
+  bool existed() const { return existed_; }
+
+  /// The run finished: the file is complete and in place. Throws when it could not be.
+  void commit() {
+    done_ = true;
+    stream_.close();
+    std::error_code ec;
+    if (!stream_.fail() && writing_ != target_) std::filesystem::rename(writing_, target_, ec);
+    if (stream_.fail() || ec) {
+      if (writing_ != target_) std::filesystem::remove(writing_, ec);
+      throw ConfigError("could not write the " + flag_ + " file '" + path_ + "'" +
+                        (ec ? " (" + ec.message() + ")" : std::string()));
+    }
+  }
+
+  /// The run failed: a file the user had stays as it was. Returns what became of it, for the
+  /// error message.
+  std::string abandon() {
+    done_ = true;
+    stream_.close();
+    if (writing_ == target_) return flag_ + " '" + path_ + "' holds the steps before the failure";
+    std::error_code ec;
+    std::filesystem::remove(writing_, ec);
+    return flag_ + " '" + path_ + "' was left as it was";
+  }
+
+ private:
+  std::string flag_, path_;
+  std::filesystem::path target_, writing_;
+  bool existed_ = false, done_ = false;
+  std::ofstream stream_;
+};
+
+}  // namespace tessera::apps
