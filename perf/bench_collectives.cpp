@@ -264,7 +264,7 @@ int main(int argc, char** argv) {
   app.add_option("-e,--maxbytes", max_bytes, "largest size, bytes")->capture_default_str();
   app.add_option("-f,--stepfactor", factor, "multiply the size by this between rows")
       ->capture_default_str()
-      ->check(CLI::Range(2, 1 << 20));
+      ->check(apps::whole(2, 1 << 20));
   app.add_option("--coll", op_name,
                  "collective: all_reduce, all_gather, reduce_scatter, broadcast, reduce, all_to_all, or all of them")
       ->capture_default_str();
@@ -276,16 +276,16 @@ int main(int argc, char** argv) {
   app.add_option("-r,--root", root, "root rank of broadcast and reduce")->capture_default_str();
   app.add_option("-n,--iters", iters, "timed iterations per measurement")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(apps::whole(1, 1 << 30));
   app.add_option("-w,--warmup_iters", warmup, "untimed iterations first")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(apps::whole(0, 1 << 30));
   app.add_option("-c,--check", check_flag, "verify results (1) or not (0)")
       ->capture_default_str()
-      ->check(CLI::Range(0, 1));
+      ->check(apps::whole(0, 1));
   app.add_option("--rounds", rounds, "alternating Tessera/raw batches per row; the lowest median of each is kept")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(apps::whole(1, 1000));
   app.add_option("--backend", backend_arg, "mpi, gloo, nccl or all (every one compiled in and usable)")
       ->capture_default_str();
   app.add_option("--json", json_path, "write the results as JSON to this file");

@@ -48,12 +48,14 @@ int main(int argc, char** argv) {
                  "ignored here (tessera-train's config files set it): the benchmark runs --bench.warmup + "
                  "--bench.steps steps");
   flags.add_to(app);
-  app.add_option("--bench.steps", steps, "timed steps")->capture_default_str()->check(CLI::Range(1, 100000));
-  app.add_option("--bench.warmup", warmup, "untimed steps first")->capture_default_str()->check(CLI::Range(0, 100000));
+  app.add_option("--bench.steps", steps, "timed steps")->capture_default_str()->check(tessera::apps::whole(1, 100000));
+  app.add_option("--bench.warmup", warmup, "untimed steps first")
+      ->capture_default_str()
+      ->check(tessera::apps::whole(0, 100000));
   app.add_option("--bench.rounds", rounds,
                  "rounds that each time a share of the steps, then the GEMMs, optimizer and all-reduces alone")
       ->capture_default_str()
-      ->check(CLI::Range(1, 1000));
+      ->check(tessera::apps::whole(1, 1000));
   app.add_option("--json", json_path, "write the results as JSON");
 
   return tessera::apps::run_app(argc, argv, app, [&](tessera::Session& session) {

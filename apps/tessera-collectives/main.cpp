@@ -92,7 +92,7 @@ class Demo {
 int main(int argc, char** argv) {
   CLI::App app{"Runs the textbook collective examples on every rank and prints them per rank.",
                "mpiexec -n 4 tessera-collectives"};
-  std::string backend_name = "mpi";
+  std::string backend_name = "auto";  // as tessera-train: NCCL where every rank has a GPU, else MPI
   bool info = false;
   app.add_option("--backend", backend_name, "communication backend: auto, mpi, gloo or nccl")->capture_default_str();
   app.add_flag("--info", info, "print the build configuration first");
