@@ -75,18 +75,15 @@ inline std::string same_file_twice(const std::vector<std::pair<std::string, std:
     return ec ? fs::absolute(path).lexically_normal() : p;
   };
   for (std::size_t i = 0; i < outputs.size(); ++i) {
-    if (outputs[i].second.empty()) continue;
-    const auto mine = key(outputs[i].second);
-    for (std::size_t j = 0; j < outputs.size() + inputs.size(); ++j) {
-      if (j == i) continue;
-      const auto& other = j < outputs.size() ? outputs[j] : inputs[j - outputs.size()];
-      if (other.second.empty() || key(other.second) != mine) continue;
-      const bool read = j >= outputs.size();
-      if (!read && j < i) continue;  // each pair of outputs once
-      return outputs[i].first + " '" + outputs[i].second + "' is " +
-             (read ? "the " + other.first + " file this run reads" : "also the " + other.first + " file") +
-             "; give it a name of its own";
-    }
+    const auto& [flag, path] = outputs[i];
+    if (path.empty()) continue;
+    const auto mine = key(path);
+    for (std::size_t j = i + 1; j < outputs.size(); ++j)
+      if (!outputs[j].second.empty() && key(outputs[j].second) == mine)
+        return flag + " '" + path + "' is also the " + outputs[j].first + " file; give it a name of its own";
+    for (const auto& [input_flag, input] : inputs)
+      if (!input.empty() && key(input) == mine)
+        return flag + " '" + path + "' is the " + input_flag + " file this run reads; give it a name of its own";
   }
   return {};
 }
@@ -100,8 +97,9 @@ class OutputFile {
   OutputFile(std::string flag, std::string path)
       : flag_(std::move(flag)), path_(std::move(path)), target_(final_target(path_)) {
     std::error_code ec;
-    existed_ = std::filesystem::exists(target_, ec);
-    writing_ = existed_ ? std::filesystem::path(target_.string() + ".tmp." + std::to_string(getpid())) : target_;
+    writing_ = std::filesystem::exists(target_, ec)
+                   ? std::filesystem::path(target_.string() + ".tmp." + std::to_string(getpid()))
+                   : target_;
     stream_.open(writing_);
     if (!stream_) throw ConfigError("cannot write the " + flag_ + " file '" + path_ + "'");
   }
@@ -113,7 +111,7 @@ class OutputFile {
 
   std::ofstream& stream() { return stream_; }
   /// Whether the file existed when the run began.
-  bool existed() const { return existed_; }
+  bool existed() const { return writing_ != target_; }
 
   /// The run finished: the file is complete and in place. Throws when it could not be.
   void commit() {
@@ -142,7 +140,7 @@ class OutputFile {
  private:
   std::string flag_, path_;
   std::filesystem::path target_, writing_;
-  bool existed_ = false, done_ = false;
+  bool done_ = false;
   std::ofstream stream_;
 };
 
