@@ -162,6 +162,9 @@ void make_buffers(Buffers& b, const Case& c, int p, MemoryKind where) {
   b.upload();
 }
 
+/// Whether the collective combines values with a reduction op (the others move them only).
+bool reduces(const std::string& op) { return op == "all_reduce" || op == "reduce_scatter" || op == "reduce"; }
+
 /// Runs the case once through Tessera.
 void run_tessera(Communicator& comm, const Case& c, Buffers& b) {
   comm::Buffer s(b.send, b.send_count, c.dtype, b.where), r(b.recv, b.recv_count, c.dtype, b.where);
@@ -354,7 +357,7 @@ int main(int argc, char** argv) {
           std::printf(
               "#\n# backend %s, %d ranks, op %s, dtype %s, redop %s, %d iters x %d rounds, %d warm-up%s%s\n",
               comm::backend_name(comm->backend()), p, op.c_str(), tessera::dtype_name(dtype),
-              comm::reduce_op_name(redop), iters, rounds, warmup,
+              reduces(op) ? comm::reduce_op_name(redop) : "none", iters, rounds, warmup,
               noise_floor ? "\n# NOISE FLOOR: the Tessera columns time the raw call too" : "",
               p == 1 ? "\n# 1 rank: nothing crosses a bus, so busbw is undefined (-); tess/raw compares times" : "");
           std::printf("# %12s %12s %9s %6s %10s %8s %8s %7s %10s %9s %8s\n", "size", "count", "type", "redop", "time",
@@ -432,17 +435,16 @@ int main(int argc, char** argv) {
               std::snprintf(tail, sizeof tail, " %8.3f", ratio);
               raw_cols = text + (" " + gbps(raw_busbw, 9)) + tail;
             }
-            std::printf(
-                "  %12zu %12zu %9s %6s %10.2f %8.2f %s %7zu %s\n", c.bytes, c.count, tessera::dtype_name(dtype),
-                (op == "all_gather" || op == "broadcast" || op == "all_to_all") ? "none" : comm::reduce_op_name(redop),
-                t * 1e6, algbw, gbps(busbw, 8).c_str(), wrong, raw_cols.c_str());
+            std::printf("  %12zu %12zu %9s %6s %10.2f %8.2f %s %7zu %s\n", c.bytes, c.count, tessera::dtype_name(dtype),
+                        reduces(op) ? comm::reduce_op_name(redop) : "none", t * 1e6, algbw, gbps(busbw, 8).c_str(),
+                        wrong, raw_cols.c_str());
             std::fflush(stdout);
           }
           nlohmann::json row = {
               {"op", op},
               {"backend", comm::backend_name(comm->backend())},
               {"dtype", tessera::dtype_name(dtype)},
-              {"redop", comm::reduce_op_name(redop)},
+              {"redop", reduces(op) ? comm::reduce_op_name(redop) : "none"},
               {"bytes", c.bytes},
               {"count", c.count},
               {"time_us", t * 1e6},

@@ -66,6 +66,11 @@ int main(int argc, char** argv) {
                         std::to_string(steps));
     if (!app.count("--data.samples")) c.synthetic_samples = std::max<std::int64_t>(c.global_batch * 8, 1024);
     c = flags.finish(app);
+    flags.print_unused(app, "tessera-bench-train", session.rank() == 0);
+    if (session.rank() == 0 && app.count("--train.steps"))
+      std::fprintf(stderr,
+                   "tessera-bench-train: note: --train.steps is tessera-train's; the benchmark runs "
+                   "--bench.warmup + --bench.steps steps\n");
     // The results file is checked before any work, and written only when the run finished.
     apps::check_on_rank0(session, [&] {
       if (json_path.empty()) return std::string();

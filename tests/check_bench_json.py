@@ -1,6 +1,7 @@
 """Checks a tessera-bench-collectives JSON file: the documented schema, the expected
 collectives present, no wrong elements, busbw = algbw * the nccl-tests factor for the rank
-count (undefined, null, on one rank), and Tessera / raw = raw time / Tessera time."""
+count (undefined, null, on one rank), redop "none" where nothing is reduced, and
+Tessera / raw = raw time / Tessera time."""
 import json
 import math
 import sys
@@ -21,6 +22,8 @@ for r in rows:
                 "raw_busbw_gbps", "raw_time_us", "tessera_over_raw", "wrong"):
         assert key in r, f"missing {key} in {r}"
     assert r["wrong"] == 0, r
+    # Only the collectives that combine values name a reduction op.
+    assert (r["redop"] == "none") == (r["op"] not in ("all_reduce", "reduce_scatter", "reduce")), r
     assert r["time_us"] > 0, r
     assert abs(r["algbw_gbps"] - r["bytes"] / (r["time_us"] * 1e-6) / 1e9) <= 1e-6 * max(1.0, r["algbw_gbps"]), r
     if ranks == 1:

@@ -84,6 +84,8 @@ grep -q "per rank" <<<"$out" && fail "tessera-bench-train ran before refusing --
 expect nonzero "--json 'adir': is a directory" "${np2[@]}" "$bench_collectives" -b 1K -e 1K -n 2 -w 1 --json adir
 grep -q "all_reduce" <<<"$out" && fail "tessera-bench-collectives ran before refusing --json"
 expect 0 "results written to b.json" "${np2[@]}" "$bench_train" --config run.toml --bench.steps 3 --bench.warmup 1 --json b.json
+grep -qF "note: --train.steps is tessera-train's; the benchmark runs --bench.warmup + --bench.steps steps" <<<"$out" ||
+  fail "tessera-bench-train did not say that it ignores the config file's train.steps"
 python3 -c "import json; json.load(open('b.json'))" || fail "b.json is not JSON"
 
 echo "== --kokkos-help prints Kokkos' help once and runs nothing"

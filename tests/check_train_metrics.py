@@ -18,6 +18,9 @@ for i, r in enumerate(rows):
     assert all(r[k] >= 0 for k in phases) and r["forward_s"] > 0 and r["data_s"] > 0, r
     assert abs(r["step_time_s"] - sum(r[k] for k in phases) - r["other_s"]) < 1e-9, r
     assert r["other_s"] > -1e-6, f"line {i + 1}: the phases add up to more than the step: {r}"
+    # Byte counts are whole numbers of bytes (JSON integers), never fractions of one.
+    for key in ("model_state_bytes", "working_bytes", "comm_bytes", "tp_comm_bytes", "pp_comm_bytes"):
+        assert isinstance(r[key], int) and r[key] >= 0, f"line {i + 1}: {key} is {r[key]!r}"
     # A pipeline's idle time is its bubble; without stages there is neither.
     assert (r["pipeline_idle_s"] > 0) == (r.get("bubble_fraction", 0) > 0), r
 ratio = rows[0]["loss"] / rows[-1]["loss"]

@@ -19,6 +19,7 @@
 #include <tessera/core/session.hpp>
 
 #include "config_file.hpp"
+#include "flag_errors.hpp"
 #include "output_file.hpp"
 #include "validators.hpp"
 
@@ -75,8 +76,8 @@ inline int run_app(int argc, char** argv, CLI::App& app, const std::function<int
     } catch (const CLI::ParseError& e) {
       if (e.get_exit_code() == 0) return session.rank() == 0 ? app.exit(e) : 0;  // --help
       if (session.rank() == 0)
-        std::fprintf(stderr, "%s: error: %s%s\nRun with --help for the options.\n", name.c_str(), e.what(),
-                     config.blame(e.what()).c_str());
+        std::fprintf(stderr, "%s: error: %s%s\nRun with --help for the options.\n", name.c_str(),
+                     explain(e, app).c_str(), config.blame(e.what()).c_str());
       return e.get_exit_code();
     } catch (const ConfigError& e) {
       if (session.rank() == 0) std::fprintf(stderr, "%s: error: %s\n", name.c_str(), e.message().c_str());

@@ -15,6 +15,8 @@
 
 #include <tessera/core/error.hpp>
 
+#include "flag_errors.hpp"
+
 namespace tessera::apps {
 
 /// Where settings came from: the config file, if any, and the options it set.
@@ -104,8 +106,11 @@ inline std::vector<std::string> expand_config(int argc, char** argv, const CLI::
     bool known = false;
     for (const CLI::Option* opt : app.get_options())
       for (const auto& name : opt->get_lnames()) known = known || name == key;
-    if (!known || key == "config")
-      throw ConfigError("config file '" + path + "': unknown setting '" + key + "' (run with --help for the options)");
+    if (!known || key == "config") {
+      const std::string near = key == "config" ? std::string() : closest_option(app, key);
+      throw ConfigError("config file '" + path + "': unknown setting '" + key + "'" +
+                        (near.empty() ? " (run with --help for the options)" : "; did you mean '" + near + "'?"));
+    }
     settings.push_back("--" + key);
     source.options.push_back("--" + key);
     for (const auto& value : item.inputs) settings.push_back(value);

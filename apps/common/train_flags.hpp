@@ -4,8 +4,11 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cctype>
+#include <cstdio>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include <tessera/train/trainer.hpp>
 
@@ -37,9 +40,12 @@ struct TrainFlags {
     app.add_option("--train.seed", c.seed, "seed of initial values and data order")
         ->capture_default_str()
         ->check(whole(0, std::numeric_limits<long long>::max()));
+    // Names of things (optimizer, schedule, backend, dtype) are taken in any case.
     app.add_option("--optim.name", c.optimizer, "adamw or sgd")->capture_default_str();
     app.add_option("--optim.lr", lr, "learning rate (default: adamw 1e-3, sgd 0.01)")->check(positive(1e3));
-    app.add_option("--optim.momentum", c.momentum, "sgd momentum")->capture_default_str()->check(non_negative());
+    app.add_option("--optim.momentum", c.momentum, "sgd momentum, below 1 (0.9 is usual; 0: none)")
+        ->capture_default_str()
+        ->check(fraction());
     app.add_option("--train.overlap_optimizer", c.overlap_optimizer,
                    "update each gradient bucket as soon as it is reduced (true) or all at the end (false)")
         ->capture_default_str();
@@ -70,7 +76,7 @@ struct TrainFlags {
         ->check(whole(1, kMany));
     app.add_option("--parallel.schedule", c.schedule, "pipeline schedule: 1f1b or gpipe")
         ->capture_default_str()
-        ->check(CLI::IsMember({"1f1b", "gpipe"}));
+        ->transform(CLI::IsMember({"1f1b", "gpipe"}, CLI::ignore_case));
     app.add_option("--zero.prefetch", c.zero.prefetch, "ZeRO stage 3: layers gathered ahead of the one computing")
         ->capture_default_str()
         ->check(whole(0, kMany));
@@ -92,6 +98,7 @@ struct TrainFlags {
   /// After parsing: the configuration, checked.
   train::TrainConfig finish(const CLI::App& app) {
     if (app.count("--optim.lr")) config.lr = lr;
+    for (auto& ch : config.optimizer) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
     const std::string wire = "--comm.grad_dtype '" + grad_dtype + "': gradients travel as fp32 or bf16";
     try {
       config.ddp.grad_dtype = parse_dtype(grad_dtype);
@@ -101,6 +108,44 @@ struct TrainFlags {
     if (config.ddp.grad_dtype != DType::Float32 && config.ddp.grad_dtype != DType::BFloat16) throw ConfigError(wire);
     config.validate();
     return config;
+  }
+
+  /// Settings the user gave (on the command line or in --config) that this run does not use,
+  /// each saying why: a flag is never ignored in silence. Call after finish().
+  std::vector<std::string> unused(const CLI::App& app) const {
+    const auto& c = config;
+    std::vector<std::string> notes;
+    const auto given = [&](const char* flag) { return app.count(flag) > 0; };
+    if (given("--optim.momentum") && c.optimizer != "sgd")
+      notes.push_back("--optim.momentum is sgd's; --optim.name " + c.optimizer + " does not use it");
+    if (c.pp == 1)
+      for (const char* flag : {"--parallel.microbatches", "--parallel.schedule"})
+        if (given(flag))
+          notes.push_back(std::string(flag) + " applies to pipeline stages, and this run has none (--parallel.pp 1)");
+    const std::string run =
+        c.zero_stage == 0 ? "DDP (--parallel.zero 0)" : "ZeRO stage " + std::to_string(c.zero_stage);
+    if (given("--zero.prefetch") && c.zero_stage != 3)
+      notes.push_back(
+          "--zero.prefetch applies to ZeRO stage 3 (--parallel.zero 3), which gathers layers; this run is " + run);
+    if (given("--zero.bucket_mb") && c.zero_stage != 1 && c.zero_stage != 2)
+      notes.push_back("--zero.bucket_mb sizes the buckets of ZeRO stages 1 and 2; " +
+                      (c.zero_stage == 0 ? run + " takes --comm.bucket_mb" : run + " reduces a layer at a time"));
+    if (given("--comm.bucket_mb") && c.zero_stage != 0)
+      notes.push_back("--comm.bucket_mb sizes DDP's buckets; " +
+                      (c.zero_stage == 3 ? run + " reduces a layer at a time" : run + " takes --zero.bucket_mb"));
+    if (c.data != "synthetic")
+      for (const char* flag : {"--data.samples", "--data.teacher_layers"})
+        if (given(flag))
+          notes.push_back(std::string(flag) + " describes the synthetic task; this run reads its samples from '" +
+                          c.data + "'");
+    return notes;
+  }
+
+  /// Prints unused(app) on stderr as "NAME: note: ...", from rank 0 only.
+  void print_unused(const CLI::App& app, const char* name, bool root) const {
+    if (!root) return;
+    for (const auto& note : unused(app)) std::fprintf(stderr, "%s: note: %s\n", name, note.c_str());
+    std::fflush(stderr);
   }
 };
 

@@ -52,4 +52,17 @@ inline CLI::Validator non_negative() {
       "NUMBER >= 0");
 }
 
+/// A real number from 0 up to, but not including, 1 (a decay factor such as momentum).
+inline CLI::Validator fraction() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        char* end = nullptr;
+        const double v = std::strtod(text.c_str(), &end);
+        if (text.empty() || end == text.c_str() || *end != '\0') return "'" + text + "' is not a number";
+        if (!(v >= 0 && v < 1)) return "must be 0 or more and below 1, not " + text;
+        return {};
+      },
+      "NUMBER in [0, 1)");
+}
+
 }  // namespace tessera::apps

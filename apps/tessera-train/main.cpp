@@ -55,12 +55,13 @@ int main(int argc, char** argv) {
                  "bar (redrawn in place), lines, none, or auto: bar on a terminal outside an MPI launcher (which "
                  "hands ranks a pseudo-terminal even when its own output is a file), lines otherwise")
       ->capture_default_str()
-      ->check(CLI::IsMember({"auto", "bar", "lines", "none"}));
+      ->transform(CLI::IsMember({"auto", "bar", "lines", "none"}, CLI::ignore_case));
   app.add_flag("--quiet", quiet, "no progress output (same as --progress none)");
 
   return tessera::apps::run_app(argc, argv, app, [&](tessera::Session& session) {
     using namespace tessera;
     c = flags.finish(app);
+    flags.print_unused(app, "tessera-train", session.rank() == 0);
     if (!save_path.empty() && c.tp > 1)
       throw ConfigError("--save writes whole tensors, and with --parallel.tp " + std::to_string(c.tp) +
                         " every rank holds blocks of them; saving a tensor-parallel run is not supported yet: "
@@ -125,9 +126,9 @@ int main(int argc, char** argv) {
                                                                  m.pipeline_idle_s},
                                                  {"model_state_bytes", m.model_state_bytes},
                                                  {"working_bytes", m.working_bytes},
-                                                 {"comm_bytes", m.comm_bytes},
-                                                 {"tp_comm_bytes", m.tp_comm_bytes},
-                                                 {"pp_comm_bytes", m.pp_comm_bytes},
+                                                 {"comm_bytes", std::llround(m.comm_bytes)},
+                                                 {"tp_comm_bytes", std::llround(m.tp_comm_bytes)},
+                                                 {"pp_comm_bytes", std::llround(m.pp_comm_bytes)},
                                                  {"bubble_fraction", m.bubble_fraction},
                                                  {"microbatches_in_flight", m.microbatches_in_flight}}
                                       .dump()
@@ -165,15 +166,16 @@ int main(int argc, char** argv) {
     if (metrics_file) metrics_file->commit();
     if (root && !quiet && c.steps > 0) {
       // How the loss moved, either way (a run that is learning nothing says so too).
+      // One step has one loss: nothing to compare.
       char change[64] = "";
-      if (last_loss > 0 && first_loss >= last_loss)
+      if (c.steps > 1 && last_loss > 0 && first_loss >= last_loss)
         std::snprintf(change, sizeof change, " (%.1fx lower)", first_loss / last_loss);
-      else if (first_loss > 0 && last_loss > first_loss)
+      else if (c.steps > 1 && first_loss > 0 && last_loss > first_loss)
         std::snprintf(change, sizeof change, " (%.1fx HIGHER: not learning; try a lower --optim.lr)",
                       last_loss / first_loss);
-      std::printf("done: %lld steps in %.*f s; loss %.6g -> %.6g%s%s\n", static_cast<long long>(c.steps),
-                  elapsed < 1 ? 3 : 1, elapsed, first_loss, last_loss, change,
-                  save_path.empty() ? "" : ("; parameters saved to " + save_path).c_str());
+      std::printf("done: %lld step%s in %.1f %s; loss %.6g -> %.6g%s%s\n", static_cast<long long>(c.steps),
+                  c.steps == 1 ? "" : "s", elapsed < 1 ? elapsed * 1e3 : elapsed, elapsed < 1 ? "ms" : "s", first_loss,
+                  last_loss, change, save_path.empty() ? "" : ("; parameters saved to " + save_path).c_str());
     }
     return 0;
   });

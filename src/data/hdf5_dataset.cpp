@@ -65,14 +65,20 @@ class Hdf5Dataset final : public Dataset {
       if (!is_type(labels_.get(), H5T_NATIVE_INT64)) throw bad("/labels is not int64");
       std::vector<std::int64_t> all(static_cast<std::size_t>(rows_));
       TESSERA_CHECK_HDF5(H5Dread(labels_.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, all.data()));
-      const auto [lo, hi] = std::minmax_element(all.begin(), all.end());
-      if (!all.empty() && *lo < 0) throw bad("/labels has a negative label (" + std::to_string(*lo) + ")");
+      const auto lo = std::min_element(all.begin(), all.end()), hi = std::max_element(all.begin(), all.end());
+      if (!all.empty() && *lo < 0)
+        throw bad("/labels row " + std::to_string(lo - all.begin()) + " holds " + std::to_string(*lo) +
+                  ", a negative label; labels are class numbers 0, 1, ..., classes - 1");
       classes_ = all.empty() ? 0 : *hi + 1;
+      top_label_row_ = all.empty() ? 0 : hi - all.begin();
     }
     if (rows_ == 0) throw bad("has no samples");
   }
 
   std::int64_t size() const noexcept override { return rows_; }
+  std::string top_label() const override {
+    return "/labels row " + std::to_string(top_label_row_) + " holds label " + std::to_string(classes_ - 1);
+  }
   std::size_t input_dim() const noexcept override { return input_dim_; }
   std::size_t target_dim() const noexcept override { return target_dim_; }
   std::int64_t classes() const noexcept override { return classes_; }
@@ -153,7 +159,7 @@ class Hdf5Dataset final : public Dataset {
   std::string path_;
   // Declared in opening order so they close in reverse, also when the constructor throws.
   H5Handle file_, inputs_, targets_, labels_;
-  std::int64_t rows_ = 0, classes_ = 0;
+  std::int64_t rows_ = 0, classes_ = 0, top_label_row_ = 0;
   bool warned_ = false;
   std::size_t input_dim_ = 0, target_dim_ = 0;
 };

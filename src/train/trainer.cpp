@@ -49,7 +49,9 @@ void TrainConfig::validate() const {
   require(optimizer == "adamw" || optimizer == "sgd",
           "--optim.name '" + optimizer + "' is not an optimizer Tessera has; use adamw or sgd");
   require(!lr || *lr > 0, "--optim.lr must be > 0");
-  require(momentum >= 0, "--optim.momentum must be >= 0");
+  require(momentum >= 0 && momentum < 1,
+          "--optim.momentum must be 0 or more and below 1 (0.9 is usual): at 1 or more the momentum buffer never "
+          "forgets a gradient");
   require(synthetic_samples >= 1, "--data.samples must be >= 1");
   require(zero_stage >= 0 && zero_stage <= 3,
           "--parallel.zero " + std::to_string(zero_stage) + " is not a ZeRO stage; use 0 (DDP), 1, 2 or 3");
@@ -216,7 +218,11 @@ Trainer::Trainer(TrainConfig config, comm::Communicator& comm) : config_(std::mo
                       " outputs cannot fit targets of width " + std::to_string(dataset_->target_dim()));
   if (dataset_->has_labels() && dataset_->classes() > static_cast<std::int64_t>(config_.dim))
     throw ConfigError(dataset_->describe() + ": more classes than the model's " + std::to_string(config_.dim) +
-                      " outputs; raise --model.dim");
+                      " outputs" + (dataset_->top_label().empty() ? "" : " (" + dataset_->top_label() + ")") +
+                      ". Every layer of the MLP is as wide as its input, so " + std::to_string(dataset_->classes()) +
+                      " classes need " + std::to_string(dataset_->classes()) +
+                      " or more input features: pad /inputs with columns of zeros, or number the classes from 0 "
+                      "without gaps");
 
   const int stage = mesh_ ? mesh_->coords().pp : 0;
   const auto part = config_.pp > 1 ? parallel::stage_layers(config_.layers, config_.pp, stage)

@@ -135,6 +135,7 @@ TEST(Hdf5Dataset, ReadsRequestedRowsOfTargetsAndLabels) {
   auto c = data::open_hdf5(cls);
   EXPECT_TRUE(c->has_labels());
   EXPECT_EQ(c->classes(), 3);
+  EXPECT_EQ(c->top_label(), "/labels row 1 holds label 2");  // the first row with the largest label
   c->load({3, 2}, x, t, l);
   EXPECT_EQ(host_copy(l)(0), 2);
   EXPECT_EQ(host_copy(l)(1), 1);
@@ -174,7 +175,7 @@ TEST(Hdf5Dataset, MalformedFilesAreClearErrors) {
     w.add("/inputs", {4, 3}, in, H5T_NATIVE_FLOAT);
     w.add("/labels", {4}, std::vector<std::int64_t>{0, -1, 1, 0}, H5T_NATIVE_INT64);
   }
-  expect("negative label");
+  expect("/labels row 1 holds -1, a negative label");
 }
 
 TEST(ModelFile, SavesEveryParameterInItsGlobalShapeAndLoadsBack) {

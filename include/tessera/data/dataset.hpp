@@ -23,6 +23,9 @@ class Dataset {
   bool has_labels() const noexcept { return target_dim() == 0; }
   /// Number of classes for labelled data (max label + 1), 0 otherwise.
   virtual std::int64_t classes() const noexcept { return 0; }
+  /// Where the largest label is (e.g. "/labels row 7 holds label 9"), for messages about
+  /// the number of classes; empty when the dataset cannot say.
+  virtual std::string top_label() const { return {}; }
   /// Fills row r of `inputs` and of `targets` or `labels` with sample indices[r].
   virtual void load(const std::vector<std::int64_t>& indices, const View2D<float>& inputs, const View2D<float>& targets,
                     const View1D<std::int64_t>& labels) = 0;
