@@ -5,6 +5,7 @@
 
 #include <mpi.h>
 #include <CLI/CLI.hpp>
+#include <Kokkos_Core.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -46,7 +47,8 @@ inline void check_on_rank0(Session& session, const std::function<std::string()>&
 inline int run_app(int argc, char** argv, CLI::App& app, const std::function<int(Session&)>& body) {
   const std::string name = std::filesystem::path(argv[0]).filename().string();
   std::vector<char*> kokkos_argv = {argv[0]}, app_argv = {argv[0]};
-  // --kokkos-help: Kokkos' help, printed once (by the launcher's rank 0), and nothing run.
+  // --kokkos-help (or --kokkos-tools-help): Kokkos' help, printed once (by the launcher's
+  // first rank), and nothing run.
   bool kokkos_help = false;
   const char* launcher_rank = nullptr;
   for (const char* var : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"})
@@ -54,18 +56,23 @@ inline int run_app(int argc, char** argv, CLI::App& app, const std::function<int
   const bool first_rank = launcher_rank == nullptr || std::string(launcher_rank) == "0";
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
-    if (arg == "--kokkos-help") {
-      kokkos_help = true;
-      if (!first_rank) continue;
-    }
+    kokkos_help = kokkos_help || arg == "--kokkos-help" || arg == "--kokkos-tools-help";
     (arg.rfind("--kokkos-", 0) == 0 ? kokkos_argv : app_argv).push_back(argv[i]);
   }
   int kokkos_argc = static_cast<int>(kokkos_argv.size());
   kokkos_argv.push_back(nullptr);
   char** kokkos_args = kokkos_argv.data();
+  if (kokkos_help) {
+    // No rank starts MPI: Kokkos 4 ends the process once the help is printed, which in a
+    // rank that had started MPI would look to the launcher like a rank that died.
+    if (first_rank) {
+      Kokkos::initialize(kokkos_argc, kokkos_args);
+      if (Kokkos::is_initialized()) Kokkos::finalize();  // Kokkos 3 prints and goes on
+    }
+    return 0;
+  }
   try {
     Session session(kokkos_argc, kokkos_args);
-    if (kokkos_help) return 0;
     ConfigSource config;
     try {
       // Flags given twice (a config file's, then the command line's) keep the last value.
