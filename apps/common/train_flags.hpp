@@ -48,14 +48,17 @@ struct TrainFlags {
         ->check(fraction());
     app.add_option("--train.overlap_optimizer", c.overlap_optimizer,
                    "update each gradient bucket as soon as it is reduced (true) or all at the end (false)")
-        ->capture_default_str();
+        ->default_str(c.overlap_optimizer ? "true" : "false");
     app.add_option("--data.source", c.data, "synthetic, or an HDF5 file (see docs/training.md)")->capture_default_str();
     app.add_option("--data.samples", c.synthetic_samples, "samples in the synthetic task")
         ->capture_default_str()
         ->check(whole(1, kMany));
-    app.add_option("--data.teacher_layers", c.teacher_layers, "depth of the synthetic task's teacher (0: as the model)")
+    // A random teacher much deeper than this gives near-constant targets (and its data takes
+    // minutes to make), so the depth is bounded.
+    app.add_option("--data.teacher_layers", c.teacher_layers,
+                   "depth of the synthetic task's teacher (0: as the model; at most 1024)")
         ->capture_default_str()
-        ->check(whole(0, kMany));
+        ->check(whole(0, 1024));
     app.add_option("--parallel.zero", c.zero_stage,
                    "0: DDP (every rank keeps the whole model); ZeRO stage 1 (optimizer state sharded), 2 (and "
                    "gradients) or 3 (and parameters); see docs/strategies.md")
