@@ -15,29 +15,16 @@
 #include <vector>
 
 #include <tessera/core/error.hpp>
+#include <tessera/core/files.hpp>
 
 namespace tessera::apps {
-
-/// Where a write to `path` lands: symbolic links followed (a link to a scratch file system is
-/// written through, not replaced), also when the last one points at a file not made yet.
-inline std::filesystem::path final_target(const std::string& path) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  fs::path p(path);
-  for (int hops = 0; hops < 40 && fs::is_symlink(p, ec); ++hops) {
-    const fs::path to = fs::read_symlink(p, ec);
-    if (ec) break;
-    p = to.is_absolute() ? to : p.parent_path() / to;
-  }
-  return p;
-}
 
 /// Empty when a file can be created (or replaced) at `path`; otherwise what prevents it,
 /// starting with `flag`. Nothing is left behind.
 inline std::string cannot_write(const std::string& flag, const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  const fs::path target = final_target(path);
+  const fs::path target = write_target(path);
   const std::string what = flag + " '" + path + "': ";
   const std::string via = target.string() == path ? "" : "its link leads to '" + target.string() + "', which ";
   if (fs::is_directory(target, ec)) return what + via + "is a directory; give a file name in it";
@@ -71,7 +58,7 @@ inline std::string same_file_twice(const std::vector<std::pair<std::string, std:
   namespace fs = std::filesystem;
   const auto key = [](const std::string& path) {
     std::error_code ec;
-    const fs::path p = fs::weakly_canonical(fs::absolute(final_target(path), ec), ec);
+    const fs::path p = fs::weakly_canonical(fs::absolute(write_target(path), ec), ec);
     return ec ? fs::absolute(path).lexically_normal() : p;
   };
   for (std::size_t i = 0; i < outputs.size(); ++i) {
@@ -95,7 +82,7 @@ inline std::string same_file_twice(const std::vector<std::pair<std::string, std:
 class OutputFile {
  public:
   OutputFile(std::string flag, std::string path)
-      : flag_(std::move(flag)), path_(std::move(path)), target_(final_target(path_)) {
+      : flag_(std::move(flag)), path_(std::move(path)), target_(write_target(path_)) {
     std::error_code ec;
     writing_ = std::filesystem::exists(target_, ec)
                    ? std::filesystem::path(target_.string() + ".tmp." + std::to_string(getpid()))

@@ -26,43 +26,34 @@ inline CLI::Validator whole(long long lo, long long hi) {
       "INT in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
 }
 
-/// A real number above 0 and at most hi.
-inline CLI::Validator positive(double hi) {
+/// A real number for which in_range(v) holds; otherwise "must be <requirement>, not <text>".
+template <class InRange>
+CLI::Validator real(InRange in_range, const std::string& requirement, const std::string& description) {
   return CLI::Validator(
-      [hi](std::string& text) -> std::string {
+      [in_range, requirement](std::string& text) -> std::string {
         char* end = nullptr;
         const double v = std::strtod(text.c_str(), &end);
         if (text.empty() || end == text.c_str() || *end != '\0') return "'" + text + "' is not a number";
-        if (!(v > 0) || v > hi) return "must be above 0 and at most " + CLI::detail::to_string(hi) + ", not " + text;
+        if (!in_range(v)) return "must be " + requirement + ", not " + text;
         return {};
       },
-      "NUMBER > 0");
+      description);
+}
+
+/// A real number above 0 and at most hi.
+inline CLI::Validator positive(double hi) {
+  return real([hi](double v) { return v > 0 && v <= hi; }, "above 0 and at most " + CLI::detail::to_string(hi),
+              "NUMBER > 0");
 }
 
 /// A real number of 0 or more.
 inline CLI::Validator non_negative() {
-  return CLI::Validator(
-      [](std::string& text) -> std::string {
-        char* end = nullptr;
-        const double v = std::strtod(text.c_str(), &end);
-        if (text.empty() || end == text.c_str() || *end != '\0') return "'" + text + "' is not a number";
-        if (!(v >= 0)) return "must be 0 or more, not " + text;
-        return {};
-      },
-      "NUMBER >= 0");
+  return real([](double v) { return v >= 0; }, "0 or more", "NUMBER >= 0");
 }
 
 /// A real number from 0 up to, but not including, 1 (a decay factor such as momentum).
 inline CLI::Validator fraction() {
-  return CLI::Validator(
-      [](std::string& text) -> std::string {
-        char* end = nullptr;
-        const double v = std::strtod(text.c_str(), &end);
-        if (text.empty() || end == text.c_str() || *end != '\0') return "'" + text + "' is not a number";
-        if (!(v >= 0 && v < 1)) return "must be 0 or more and below 1, not " + text;
-        return {};
-      },
-      "NUMBER in [0, 1)");
+  return real([](double v) { return v >= 0 && v < 1; }, "0 or more and below 1", "NUMBER in [0, 1)");
 }
 
 }  // namespace tessera::apps

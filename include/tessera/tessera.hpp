@@ -10,6 +10,7 @@
 #include <tessera/core/build_info.hpp>
 #include <tessera/core/dtype.hpp>
 #include <tessera/core/error.hpp>
+#include <tessera/core/files.hpp>
 #include <tessera/core/host_threads.hpp>
 #include <tessera/core/memory.hpp>
 #include <tessera/core/session.hpp>

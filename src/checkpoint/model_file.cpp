@@ -5,25 +5,12 @@
 
 #include <tessera/checkpoint/model_file.hpp>
 #include <tessera/core/error.hpp>
+#include <tessera/core/files.hpp>
 #include <tessera/parallel/zero.hpp>
 
 #include "core/hdf5_check.hpp"
 
 namespace tessera::checkpoint {
-namespace {
-// Where a write to `path` lands: symbolic links followed, the last one also when it points at
-// a file not made yet.
-std::filesystem::path follow_links(const std::string& path) {
-  std::error_code ec;
-  std::filesystem::path p(path);
-  for (int hops = 0; hops < 40 && std::filesystem::is_symlink(p, ec); ++hops) {
-    const auto to = std::filesystem::read_symlink(p, ec);
-    if (ec) break;
-    p = to.is_absolute() ? to : p.parent_path() / to;
-  }
-  return p;
-}
-}  // namespace
 
 void save_model(const std::string& path, const nn::ParameterStore& store, comm::Communicator& comm) {
   for (const auto& p : store.parameters())
@@ -39,7 +26,7 @@ void save_model(const std::string& path, const nn::ParameterStore& store, comm::
   if (comm.rank() == 0) {
     // Written beside where `path` leads (through symbolic links, which stay links) and renamed
     // into place.
-    const std::filesystem::path target = follow_links(path);
+    const std::filesystem::path target = write_target(path);
     const std::string tmp = target.string() + ".tmp." + std::to_string(getpid());
     const auto dir = target.parent_path();
     detail::QuietHdf5 quiet;
