@@ -263,8 +263,8 @@ int main(int argc, char** argv) {
   int factor = 4, iters = 20, warmup = 5, check_flag = 1, rounds = 3, root = 0;
   bool noise_floor = false;
   std::optional<double> min_busbw, min_ratio;
-  app.add_option("-b,--minbytes", min_bytes, "smallest size, bytes (K, M, G suffixes)")->capture_default_str();
-  app.add_option("-e,--maxbytes", max_bytes, "largest size, bytes")->capture_default_str();
+  app.add_option("-b,--minbytes", min_bytes, "smallest size in bytes; K, M and G suffixes")->capture_default_str();
+  app.add_option("-e,--maxbytes", max_bytes, "largest size in bytes")->capture_default_str();
   app.add_option("-f,--stepfactor", factor, "multiply the size by this between rows")
       ->capture_default_str()
       ->check(apps::whole(2, 1 << 20));
@@ -289,9 +289,9 @@ int main(int argc, char** argv) {
   app.add_option("--rounds", rounds, "alternating Tessera/raw batches per row; the lowest median of each is kept")
       ->capture_default_str()
       ->check(apps::whole(1, 1000));
-  app.add_option("--backend", backend_arg, "mpi, gloo, nccl or all (every one compiled in and usable)")
+  app.add_option("--backend", backend_arg, "mpi, gloo, nccl, or all: every one compiled in and usable")
       ->capture_default_str();
-  app.add_option("--json", json_path, "write the results as JSON to this file");
+  app.add_option("--json", json_path, "write the results as JSON to this file")->option_text("FILE");
   app.add_option("--min-busbw", min_busbw, "exit non-zero if any Tessera row's busbw (GB/s) is below this");
   app.add_option("--min-ratio", min_ratio, "exit non-zero if any row's Tessera/raw busbw ratio is below this");
   app.add_flag("--noise-floor", noise_floor,

@@ -42,7 +42,7 @@ int main(int argc, char** argv) {
   auto& c = flags.config;
   int steps = 30, warmup = 5, rounds = 3;
   std::string json_path, config_path;
-  app.add_option("--config", config_path, "TOML file of tessera-train's settings");
+  app.add_option("--config", config_path, "TOML file of tessera-train's settings")->option_text("FILE");
   std::int64_t train_steps = 0;
   app.add_option("--train.steps", train_steps,
                  "ignored here (tessera-train's config files set it): the benchmark runs --bench.warmup + "
@@ -56,7 +56,7 @@ int main(int argc, char** argv) {
                  "rounds that each time a share of the steps, then the GEMMs, optimizer and all-reduces alone")
       ->capture_default_str()
       ->check(tessera::apps::whole(1, 1000));
-  app.add_option("--json", json_path, "write the results as JSON");
+  app.add_option("--json", json_path, "write the results as JSON")->option_text("FILE");
 
   return tessera::apps::run_app(argc, argv, app, [&](tessera::Session& session) {
     using namespace tessera;

@@ -14,6 +14,7 @@
 #include <exception>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <string>
 
 #include <tessera/core/error.hpp>
@@ -21,6 +22,7 @@
 
 #include "config_file.hpp"
 #include "flag_errors.hpp"
+#include "help_format.hpp"
 #include "output_file.hpp"
 #include "validators.hpp"
 
@@ -46,6 +48,8 @@ inline void check_on_rank0(Session& session, const std::function<std::string()>&
 /// printed by them, and they abort the job so that no rank is left waiting.
 inline int run_app(int argc, char** argv, CLI::App& app, const std::function<int(Session&)>& body) {
   const std::string name = std::filesystem::path(argv[0]).filename().string();
+  app.formatter(std::make_shared<HelpFormatter>());
+  if (app.get_help_ptr() != nullptr) app.get_help_ptr()->description("print this help and exit");
   std::vector<char*> kokkos_argv = {argv[0]}, app_argv = {argv[0]};
   // --kokkos-help (or --kokkos-tools-help): Kokkos' help, printed once (by the launcher's
   // first rank), and nothing run.

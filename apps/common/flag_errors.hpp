@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "help_format.hpp"
+
 namespace tessera::apps {
 
 namespace detail {
@@ -82,8 +84,7 @@ inline std::string explain(const CLI::ParseError& e, const CLI::App& app) {
       const CLI::Option* opt = app.get_option_no_throw(name);
       if (opt != nullptr && opt->get_type_name() == "BOOLEAN")
         return name + ": '" + what.substr(eq + 3) + "' is not true or false (nor on/off, yes/no, 1/0)";
-      return name + ": '" + what.substr(eq + 3) + "' is not " +
-             (opt ? "a " + opt->get_type_name() : "a value it takes");
+      return name + ": '" + what.substr(eq + 3) + "' is not " + (opt ? value_kind(*opt) : "a value it takes");
     }
   }
   return what;

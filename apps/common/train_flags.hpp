@@ -42,21 +42,21 @@ struct TrainFlags {
         ->check(whole(0, std::numeric_limits<long long>::max()));
     // Names of things (optimizer, schedule, backend, dtype) are taken in any case.
     app.add_option("--optim.name", c.optimizer, "adamw or sgd")->capture_default_str();
-    app.add_option("--optim.lr", lr, "learning rate (default: adamw 1e-3, sgd 0.01)")->check(positive(1e3));
-    app.add_option("--optim.momentum", c.momentum, "sgd momentum, below 1 (0.9 is usual; 0: none)")
+    app.add_option("--optim.lr", lr, "learning rate; adamw's default is 1e-3, sgd's 0.01")->check(positive(1e3));
+    app.add_option("--optim.momentum", c.momentum, "sgd momentum: 0.9 is usual, 0 is none")
         ->capture_default_str()
         ->check(fraction());
     app.add_option("--train.overlap_optimizer", c.overlap_optimizer,
-                   "update each gradient bucket as soon as it is reduced (true) or all at the end (false)")
+                   "update each gradient bucket as soon as it is reduced; false: all at the end")
         ->default_str(c.overlap_optimizer ? "true" : "false");
-    app.add_option("--data.source", c.data, "synthetic, or an HDF5 file (see docs/training.md)")->capture_default_str();
+    app.add_option("--data.source", c.data, "synthetic, or an HDF5 file: see docs/training.md")->capture_default_str();
     app.add_option("--data.samples", c.synthetic_samples, "samples in the synthetic task")
         ->capture_default_str()
         ->check(whole(1, kMany));
     // A random teacher much deeper than this gives near-constant targets (and its data takes
     // minutes to make), so the depth is bounded.
     app.add_option("--data.teacher_layers", c.teacher_layers,
-                   "depth of the synthetic task's teacher (0: as the model; at most 1024)")
+                   "depth of the synthetic task's teacher; 0: as deep as the model")
         ->capture_default_str()
         ->check(whole(0, 1024));
     app.add_option("--parallel.zero", c.zero_stage,
@@ -65,8 +65,8 @@ struct TrainFlags {
         ->capture_default_str()
         ->check(whole(0, 3));
     app.add_option("--parallel.tp", c.tp,
-                   "tensor-parallel group size: consecutive ranks split every layer pair column-row "
-                   "(must divide the ranks and --model.dim); data parallelism runs over the rest")
+                   "tensor-parallel group size: consecutive ranks split every layer pair column-row; it "
+                   "must divide the ranks and --model.dim, and data parallelism runs over the rest")
         ->capture_default_str()
         ->check(whole(1, kMany));
     app.add_option("--parallel.pp", c.pp,
@@ -74,7 +74,7 @@ struct TrainFlags {
         ->capture_default_str()
         ->check(whole(1, kMany));
     app.add_option("--parallel.microbatches", c.microbatches,
-                   "pipeline micro-batches each micro-step's batch is cut into (must divide it)")
+                   "pipeline micro-batches each micro-step's batch is cut into; must divide it")
         ->capture_default_str()
         ->check(whole(1, kMany));
     app.add_option("--parallel.schedule", c.schedule, "pipeline schedule: 1f1b or gpipe")
@@ -87,8 +87,8 @@ struct TrainFlags {
         ->capture_default_str()
         ->check(positive(1 << 20));
     app.add_option("--zero.max_rank_bytes", c.max_rank_bytes,
-                   "refuse a run whose estimated memory per rank exceeds this many bytes (e.g. 16e9; 0: what the "
-                   "node or GPU has)")
+                   "refuse a run whose estimated memory per rank exceeds this many bytes, e.g. 16e9; 0: what the "
+                   "node or GPU has")
         ->capture_default_str()
         ->check(non_negative());
     app.add_option("--comm.backend", backend, "auto, mpi, gloo or nccl")->capture_default_str();

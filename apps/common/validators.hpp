@@ -1,14 +1,23 @@
 #pragma once
 // Flag validators whose messages say what a value must be, in words (CLI11's own ranges print
-// 1.797e308 as 309 digits and 1e-12 as 0.000000).
+// 1.797e308 as 309 digits and 1e-12 as 0.000000); their descriptions are what --help shows
+// beside the default (help_format.hpp).
 
 #include <CLI/CLI.hpp>
 
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <string>
 
 namespace tessera::apps {
+
+/// A range of whole numbers as --help shows it: "0 to 3", "at least 2", or nothing where the
+/// top is only a guard against overflow and the bottom is 0 or 1.
+inline std::string range_words(long long lo, long long hi) {
+  if (hi < (1ll << 30)) return std::to_string(lo) + " to " + std::to_string(hi);
+  return lo > 1 ? "at least " + std::to_string(lo) : std::string();
+}
 
 /// A whole number from lo to hi.
 inline CLI::Validator whole(long long lo, long long hi) {
@@ -23,7 +32,7 @@ inline CLI::Validator whole(long long lo, long long hi) {
         if (v < lo || v > hi) return "must be " + range + ", not " + text;
         return {};
       },
-      "INT in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+      range_words(lo, hi));
 }
 
 /// A real number for which in_range(v) holds; otherwise "must be <requirement>, not <text>".
@@ -42,18 +51,19 @@ CLI::Validator real(InRange in_range, const std::string& requirement, const std:
 
 /// A real number above 0 and at most hi.
 inline CLI::Validator positive(double hi) {
-  return real([hi](double v) { return v > 0 && v <= hi; }, "above 0 and at most " + CLI::detail::to_string(hi),
-              "NUMBER > 0");
+  const std::string bound =
+      hi == std::floor(hi) && hi < 1e15 ? std::to_string(static_cast<long long>(hi)) : CLI::detail::to_string(hi);
+  return real([hi](double v) { return v > 0 && v <= hi; }, "above 0 and at most " + bound, "above 0, at most " + bound);
 }
 
 /// A real number of 0 or more.
 inline CLI::Validator non_negative() {
-  return real([](double v) { return v >= 0; }, "0 or more", "NUMBER >= 0");
+  return real([](double v) { return v >= 0; }, "0 or more", "0 or more");
 }
 
 /// A real number from 0 up to, but not including, 1 (a decay factor such as momentum).
 inline CLI::Validator fraction() {
-  return real([](double v) { return v >= 0 && v < 1; }, "0 or more and below 1", "NUMBER in [0, 1)");
+  return real([](double v) { return v >= 0 && v < 1; }, "0 or more and below 1", "0 or more, below 1");
 }
 
 }  // namespace tessera::apps

@@ -40,16 +40,18 @@ int main(int argc, char** argv) {
   auto& c = flags.config;
   std::string metrics_path, save_path, config_path, trace_path;
   bool quiet = false;
-  app.add_option("--config", config_path, "TOML file: [model] layers = 8, [train] steps = 100, ...");
+  app.add_option("--config", config_path, "TOML file: [model] layers = 8, [train] steps = 100, ...")
+      ->option_text("FILE");
   app.add_option("--train.steps", c.steps, "optimizer steps")
       ->capture_default_str()
       ->check(tessera::apps::whole(0, 1ll << 50));
   flags.add_to(app);
-  app.add_option("--metrics", metrics_path, "write one JSON object per step to this file");
-  app.add_option("--save", save_path, "write the final parameters to this HDF5 file");
+  app.add_option("--metrics", metrics_path, "write one JSON object per step to this file")->option_text("FILE");
+  app.add_option("--save", save_path, "write the final parameters to this HDF5 file")->option_text("FILE");
   app.add_option("--trace", trace_path,
                  "write every rank's timeline (step phases, each collective) to this Chrome trace JSON file, "
-                 "which Perfetto opens");
+                 "which Perfetto opens")
+      ->option_text("FILE");
   std::string progress = "auto";
   app.add_option("--progress", progress,
                  "bar (redrawn in place), lines, none, or auto: bar on a terminal outside an MPI launcher (which "
