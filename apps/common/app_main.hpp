@@ -49,6 +49,7 @@ inline void check_on_rank0(Session& session, const std::function<std::string()>&
 inline int run_app(int argc, char** argv, CLI::App& app, const std::function<int(Session&)>& body) {
   const std::string name = std::filesystem::path(argv[0]).filename().string();
   app.formatter(std::make_shared<HelpFormatter>());
+  group_by_section(app);
   if (app.get_help_ptr() != nullptr) app.get_help_ptr()->description("print this help and exit");
   std::vector<char*> kokkos_argv = {argv[0]}, app_argv = {argv[0]};
   // --kokkos-help (or --kokkos-tools-help): Kokkos' help, printed once (by the launcher's

@@ -5,13 +5,15 @@
 //   --parallel.zero ZERO                  0: DDP ...; see docs/strategies.md (0 to 3; default: 0)
 //
 // in place of CLI11's "--model.layers UINT:INT in [1, 1073741824]=8"; the usage line first, and
-// descriptions wrapped to the terminal ($COLUMNS, else 100 columns).
+// descriptions wrapped to the terminal ($COLUMNS, else 100 columns); the --section.name options
+// under one heading per section (Training, Model, ...), as Megatron groups its arguments.
 
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <cctype>
 #include <cstdlib>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -76,6 +78,23 @@ inline std::string wrap(const std::string& text, std::size_t width) {
   return out + line;
 }
 
+/// Puts every --section.name option still in CLI11's default group under its section's heading
+/// (--model.layers under "Model"); a section not named here keeps its name as the heading.
+inline void group_by_section(CLI::App& app) {
+  static const std::map<std::string, std::string> headings = {
+      {"train", "Training"},       {"model", "Model"}, {"optim", "Optimizer"},    {"data", "Data"},
+      {"parallel", "Parallelism"}, {"zero", "ZeRO"},   {"comm", "Communication"}, {"bench", "Benchmark"}};
+  const std::string default_group = app.option_defaults()->get_group();
+  for (CLI::Option* opt : app.get_options()) {
+    if (opt->get_group() != default_group || opt->get_lnames().empty()) continue;
+    const std::string& name = opt->get_lnames().front();
+    const std::size_t dot = name.find('.');
+    if (dot == std::string::npos) continue;
+    const auto heading = headings.find(name.substr(0, dot));
+    opt->group(heading != headings.end() ? heading->second : name.substr(0, dot));
+  }
+}
+
 class HelpFormatter : public CLI::Formatter {
  public:
   HelpFormatter() {
@@ -89,7 +108,21 @@ class HelpFormatter : public CLI::Formatter {
     if (mode == CLI::AppFormatMode::Sub) return make_expanded(app);
     std::string out = make_usage(app, name) + "\n";
     if (!app->get_description().empty()) out += wrap(app->get_description(), width_) + "\n";
-    return out + make_groups(app, mode) + make_footer(app);
+    return out + make_sections(app) + make_footer(app);
+  }
+
+  /// The groups in the order their first option was defined, one blank line apart (CLI11's
+  /// make_groups puts two, and is not virtual in every CLI11 version).
+  std::string make_sections(const CLI::App* app) const {
+    std::string out;
+    for (const std::string& group : app->get_groups()) {
+      const auto opts = app->get_options(
+          [&group](const CLI::Option* opt) { return opt->get_group() == group && opt->nonpositional(); });
+      if (group.empty() || opts.empty()) continue;
+      out += "\n" + group + ":\n";
+      for (const CLI::Option* opt : opts) out += make_option(opt, false);
+    }
+    return out;
   }
 
   std::string make_option_opts(const CLI::Option* opt) const override {

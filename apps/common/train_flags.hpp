@@ -60,8 +60,8 @@ struct TrainFlags {
         ->capture_default_str()
         ->check(whole(0, 1024));
     app.add_option("--parallel.zero", c.zero_stage,
-                   "0: DDP (every rank keeps the whole model); ZeRO stage 1 (optimizer state sharded), 2 (and "
-                   "gradients) or 3 (and parameters); see docs/strategies.md")
+                   "0: DDP, every rank keeps the whole model; ZeRO stage 1 shards the optimizer state, 2 the "
+                   "gradients too, 3 the parameters too; see docs/strategies.md")
         ->capture_default_str()
         ->check(whole(0, 3));
     app.add_option("--parallel.tp", c.tp,

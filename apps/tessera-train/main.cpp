@@ -46,19 +46,25 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(tessera::apps::whole(0, 1ll << 50));
   flags.add_to(app);
-  app.add_option("--metrics", metrics_path, "write one JSON object per step to this file")->option_text("FILE");
-  app.add_option("--save", save_path, "write the final parameters to this HDF5 file")->option_text("FILE");
+  app.add_option("--metrics", metrics_path, "write one JSON object per step to this file")
+      ->option_text("FILE")
+      ->group("Output");
+  app.add_option("--save", save_path, "write the final parameters to this HDF5 file")
+      ->option_text("FILE")
+      ->group("Output");
   app.add_option("--trace", trace_path,
                  "write every rank's timeline (step phases, each collective) to this Chrome trace JSON file, "
                  "which Perfetto opens")
-      ->option_text("FILE");
+      ->option_text("FILE")
+      ->group("Output");
   std::string progress = "auto";
   app.add_option("--progress", progress,
-                 "bar (redrawn in place), lines, none, or auto: bar on a terminal outside an MPI launcher (which "
-                 "hands ranks a pseudo-terminal even when its own output is a file), lines otherwise")
+                 "auto: bar on a terminal outside an MPI launcher, whose ranks see a pseudo-terminal even "
+                 "when its output is a file, else lines; bar: redrawn in place; lines; or none")
       ->capture_default_str()
+      ->group("Output")
       ->transform(CLI::IsMember({"auto", "bar", "lines", "none"}, CLI::ignore_case));
-  app.add_flag("--quiet", quiet, "no progress output (same as --progress none)");
+  app.add_flag("--quiet", quiet, "no progress output: --progress none")->group("Output");
 
   return tessera::apps::run_app(argc, argv, app, [&](tessera::Session& session) {
     using namespace tessera;
