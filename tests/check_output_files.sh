@@ -41,6 +41,11 @@ expect nonzero "--metrics 'metrics.jsonl' was left as it was" "${np2[@]}" "$trai
   --optim.name sgd --optim.lr 1000 --train.steps 30 --quiet --metrics metrics.jsonl
 grep -qx 'from an earlier run' metrics.jsonl || fail "a run that diverged changed metrics.jsonl"
 [ -z "$(ls metrics.jsonl.tmp.* 2>/dev/null)" ] || fail "a diverged run left its temporary metrics file behind"
+printf 'an earlier trace\n' > trace.json
+expect nonzero "--trace 'trace.json' was left as it was" "${np2[@]}" "$train" --model.layers 2 --model.dim 64 \
+  --optim.name sgd --optim.lr 1000 --train.steps 30 --quiet --trace trace.json
+grep -qx 'an earlier trace' trace.json || fail "a run that diverged changed trace.json"
+[ -z "$(ls trace.json.tmp.* 2>/dev/null)" ] || fail "a diverged run left its temporary trace file behind"
 expect 0 "" "${np2[@]}" "$train" "${small[@]}" --metrics metrics.jsonl
 [ "$(grep -c '"step"' metrics.jsonl)" -eq 3 ] || fail "a finished run did not replace metrics.jsonl with its 3 steps"
 

@@ -5,6 +5,7 @@
 #include <mpi.h>
 
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -23,13 +24,22 @@ inline void start_trace() {
 }
 
 /// Stops the trace and writes every rank's events to `path` from rank 0 (collective). For a
-/// run that did not finish, a file the user already had stays as it was. Returns, on rank 0,
-/// what a failed run's message should add about the file.
+/// run that did not finish, a file the user already had stays as it was (and no rank builds
+/// a trace that would be thrown away). Returns, on rank 0, what a failed run's message should
+/// add about the file.
 inline std::string write_trace(const std::string& path, bool finished) {
   const auto events = trace::stop();
   int rank = 0, ranks = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  std::unique_ptr<OutputFile> file;
+  int keep_old = 0;
+  if (rank == 0) {
+    file = std::make_unique<OutputFile>("--trace", path);
+    keep_old = !finished && file->existed();
+  }
+  MPI_Bcast(&keep_old, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  if (keep_old) return rank == 0 ? "; " + file->abandon() : std::string();
   nlohmann::json mine = nlohmann::json::array();
   std::map<std::string, int> tracks;
   mine.push_back(
@@ -70,10 +80,8 @@ inline std::string write_trace(const std::string& path, bool finished) {
                               all.begin() + offsets[static_cast<std::size_t>(r)] + sizes[static_cast<std::size_t>(r)]);
     for (const auto& e : part) out["traceEvents"].push_back(e);
   }
-  OutputFile file("--trace", path);
-  file.stream() << out.dump() << "\n";
-  if (!finished && file.existed()) return "; " + file.abandon();
-  file.commit();
+  file->stream() << out.dump() << "\n";
+  file->commit();
   return finished ? std::string() : "; --trace '" + path + "' holds the steps up to the failure";
 }
 
