@@ -344,7 +344,8 @@ int main(int argc, char** argv) {
                       {"cores", sysconf(_SC_NPROCESSORS_ONLN)},
                       {"mpi", info.mpi_library},
                       {"tessera", info.tessera_version},
-                      {"kokkos", info.kokkos_version}};
+                      {"kokkos", info.kokkos_version},
+                      {"kokkos_space", info.kokkos_space}};
     out["results"] = nlohmann::json::array();
     bool below = false, below_ratio = false;
     std::size_t total_wrong = 0;

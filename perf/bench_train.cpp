@@ -267,8 +267,16 @@ int main(int argc, char** argv) {
       if (!json_path.empty()) {
         char host[256] = {};
         gethostname(host, sizeof host - 1);
+        const auto info = tessera::build_info();
         nlohmann::json out = {
-            {"machine", {{"hostname", host}, {"ranks", comm->size()}, {"cores", sysconf(_SC_NPROCESSORS_ONLN)}}},
+            {"machine",
+             {{"hostname", host},
+              {"ranks", comm->size()},
+              {"cores", sysconf(_SC_NPROCESSORS_ONLN)},
+              {"mpi", info.mpi_library},
+              {"tessera", info.tessera_version},
+              {"kokkos", info.kokkos_version},
+              {"kokkos_space", info.kokkos_space}}},
             {"config",
              {{"layers", c.layers},
               {"dim", c.dim},

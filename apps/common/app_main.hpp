@@ -17,6 +17,7 @@
 #include <memory>
 #include <string>
 
+#include <tessera/core/build_info.hpp>
 #include <tessera/core/error.hpp>
 #include <tessera/core/session.hpp>
 
@@ -49,6 +50,7 @@ inline void check_on_rank0(Session& session, const std::function<std::string()>&
 inline int run_app(int argc, char** argv, CLI::App& app, const std::function<int(Session&)>& body) {
   const std::string name = std::filesystem::path(argv[0]).filename().string();
   app.formatter(std::make_shared<HelpFormatter>());
+  app.add_flag("--version", "print the version of Tessera and of the libraries this build uses, and exit");
   group_by_section(app);
   if (app.get_help_ptr() != nullptr) app.get_help_ptr()->description("print this help and exit");
   std::vector<char*> kokkos_argv = {argv[0]}, app_argv = {argv[0]};
@@ -59,10 +61,16 @@ inline int run_app(int argc, char** argv, CLI::App& app, const std::function<int
   for (const char* var : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"})
     if (launcher_rank == nullptr) launcher_rank = std::getenv(var);
   const bool first_rank = launcher_rank == nullptr || std::string(launcher_rank) == "0";
+  bool version = false;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     kokkos_help = kokkos_help || arg == "--kokkos-help" || arg == "--kokkos-tools-help";
+    version = version || arg == "--version";
     (arg.rfind("--kokkos-", 0) == 0 ? kokkos_argv : app_argv).push_back(argv[i]);
+  }
+  if (version) {  // printed once, starting neither MPI nor Kokkos, whatever else was given
+    if (first_rank) std::printf("%s: %s\n", name.c_str(), describe(build_info()).c_str());
+    return 0;
   }
   int kokkos_argc = static_cast<int>(kokkos_argv.size());
   kokkos_argv.push_back(nullptr);

@@ -105,13 +105,9 @@ int main(int argc, char** argv) {
     const int n = comm->size(), r = comm->rank();
     const auto un = static_cast<std::size_t>(n);
     if (r == 0) {
-      if (info) {
-        const auto b = tessera::build_info();
-        std::printf("Tessera %s | %s | Kokkos %s | HDF5 %s | gloo %s | nccl %s\n", b.tessera_version.c_str(),
-                    b.mpi_library.c_str(), b.kokkos_version.c_str(), b.hdf5 ? b.hdf5_version.c_str() : "off",
-                    b.gloo ? "on" : "off", b.nccl ? "on" : "off");
-      }
-      std::printf("tessera-collectives: %d ranks, backend %s\n", n, tessera::comm::backend_name(comm->backend()));
+      if (info) std::printf("%s\n", tessera::describe(tessera::build_info()).c_str());
+      std::printf("tessera-collectives: %d rank%s, backend %s\n", n, n == 1 ? "" : "s",
+                  tessera::comm::backend_name(comm->backend()));
     }
     Demo demo(*comm, *printer);
 

@@ -24,6 +24,7 @@ BuildInfo build_info() {
   const int kv = KOKKOS_VERSION;
   info.kokkos_version =
       std::to_string(kv / 10000) + "." + std::to_string(kv / 100 % 100) + "." + std::to_string(kv % 100);
+  info.kokkos_space = Kokkos::DefaultExecutionSpace::name();
 #if TESSERA_HAVE_HDF5
   unsigned major = 0, minor = 0, release = 0;
   TESSERA_CHECK_HDF5(H5get_libversion(&major, &minor, &release));
@@ -33,6 +34,15 @@ BuildInfo build_info() {
   info.nccl = TESSERA_HAVE_NCCL != 0;
   info.hdf5 = TESSERA_HAVE_HDF5 != 0;
   return info;
+}
+
+std::string describe(const BuildInfo& info) {
+  std::string line = "Tessera " + info.tessera_version + " | Kokkos " + info.kokkos_version + " (" + info.kokkos_space +
+                     ") | " + (info.mpi_library.empty() ? "MPI" : info.mpi_library) + " | HDF5 " +
+                     (info.hdf5 ? info.hdf5_version : "off") + " | backends mpi";
+  if (info.gloo) line += ", gloo";
+  if (info.nccl) line += ", nccl";
+  return line;
 }
 
 }  // namespace tessera

@@ -163,5 +163,21 @@ TEST(BuildInfo, ReportsTheLibrariesInUse) {
   if (info.hdf5) {
     EXPECT_NE(info.hdf5_version.find('.'), std::string::npos);
   }
+  EXPECT_FALSE(info.kokkos_space.empty());
+}
+
+TEST(BuildInfo, DescribesItInOneLine) {
+  const auto info = build_info();
+  const std::string line = describe(info);
+  EXPECT_EQ(line.find('\n'), std::string::npos);
+  EXPECT_EQ(line.rfind("Tessera " + std::string(TESSERA_VERSION_STRING) + " | Kokkos " + info.kokkos_version + " (" +
+                           info.kokkos_space + ") | ",
+                       0),
+            0u)
+      << line;
+  EXPECT_NE(line.find(info.mpi_library), std::string::npos) << line;
+  EXPECT_EQ(line.find(", gloo") != std::string::npos, TESSERA_HAVE_GLOO != 0) << line;
+  EXPECT_EQ(line.find(", nccl") != std::string::npos, TESSERA_HAVE_NCCL != 0) << line;
+  EXPECT_NE(line.find(info.hdf5 ? "HDF5 " + info.hdf5_version : "HDF5 off"), std::string::npos) << line;
 }
 }  // namespace
