@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstdio>
 #include <functional>
+#include <numeric>
 #include <optional>
 #include <string>
 #include <vector>
@@ -235,10 +236,35 @@ std::size_t check(Communicator& comm, const Case& c, Buffers& b) {
   return wrong;
 }
 
-/// Seconds per call of fn: the median over `iters` calls on each rank, then the slowest
-/// rank's median. The median, unlike the mean, ignores the scheduler's outliers on a shared
-/// machine; both Tessera and the raw call are measured the same way.
-double time_batch(MPI_Comm sync, int iters, const std::function<void()>& fn) {
+nlohmann::json microseconds(const std::vector<double>& seconds) {
+  nlohmann::json out = nlohmann::json::array();
+  for (double s : seconds) out.push_back(s * 1e6);
+  return out;
+}
+
+/// How a row's time is combined over the ranks: nccl-tests' -a (0 rank 0's, 1 the mean, 2 the
+/// fastest rank's, 3 the slowest rank's).
+const char* const kAverageNames[] = {"rank0", "mean", "fastest", "slowest"};
+const char* const kAverageWords[] = {"rank 0's median", "the mean of the ranks' medians", "the fastest rank's median",
+                                     "the slowest rank's median"};
+
+double combine(const std::vector<double>& per_rank, int average) {
+  switch (average) {
+    case 0:
+      return per_rank.front();
+    case 1:
+      return std::accumulate(per_rank.begin(), per_rank.end(), 0.0) / static_cast<double>(per_rank.size());
+    case 2:
+      return *std::min_element(per_rank.begin(), per_rank.end());
+    default:
+      return *std::max_element(per_rank.begin(), per_rank.end());
+  }
+}
+
+/// Seconds per call of fn on each rank: the median over `iters` calls (the median, unlike the
+/// mean, ignores the scheduler's outliers on a shared machine), every rank's, in rank order.
+/// Tessera and the raw call are measured the same way.
+std::vector<double> time_batch(MPI_Comm sync, int iters, const std::function<void()>& fn) {
   std::vector<double> t(static_cast<std::size_t>(iters));
   MPI_Barrier(sync);
   for (auto& x : t) {
@@ -247,10 +273,26 @@ double time_batch(MPI_Comm sync, int iters, const std::function<void()>& fn) {
     x = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
   std::nth_element(t.begin(), t.begin() + iters / 2, t.end());
-  double median = t[static_cast<std::size_t>(iters / 2)];
-  MPI_Allreduce(MPI_IN_PLACE, &median, 1, MPI_DOUBLE, MPI_MAX, sync);
-  return median;
+  const double median = t[static_cast<std::size_t>(iters / 2)];
+  int ranks = 1;
+  MPI_Comm_size(sync, &ranks);
+  std::vector<double> all(static_cast<std::size_t>(ranks));
+  MPI_Allgather(&median, 1, MPI_DOUBLE, all.data(), 1, MPI_DOUBLE, sync);
+  return all;
 }
+
+/// The fastest of the rounds: its combined time, and every rank's time in that round.
+struct Timing {
+  double time = 1e300;
+  std::vector<double> per_rank;
+  void keep_best(std::vector<double> round, int average) {
+    const double combined = combine(round, average);
+    if (combined < time) {
+      time = combined;
+      per_rank = std::move(round);
+    }
+  }
+};
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -260,7 +302,7 @@ int main(int argc, char** argv) {
       "mpiexec -n N tessera-bench-collectives"};
   std::string min_bytes = "64K", max_bytes = "64M", op_name = "all_reduce", dtype_name_arg = "float32",
               redop_name = "sum", backend_arg = "all", json_path;
-  int factor = 4, iters = 20, warmup = 5, check_flag = 1, rounds = 3, root = 0;
+  int factor = 4, iters = 20, warmup = 5, check_flag = 1, rounds = 3, root = 0, average = 3, gpus = 1, threads = 1;
   bool noise_floor = false;
   std::optional<double> min_busbw, min_ratio;
   app.add_option("-b,--minbytes", min_bytes, "smallest size in bytes; K, M and G suffixes")->capture_default_str();
@@ -272,8 +314,7 @@ int main(int argc, char** argv) {
                  "collective: all_reduce, all_gather, reduce_scatter, broadcast, reduce, all_to_all, or all of them")
       ->capture_default_str();
   app.add_option("-d,--datatype,--dtype", dtype_name_arg,
-                 "float32 (float), float64 (double), int32, int64, "
-                 "bfloat16, float16 (half)")
+                 "float32 or float, float64 or double, int32, int64, bfloat16, float16 or half")
       ->capture_default_str();
   app.add_option("-o,--op,--redop", redop_name, "reduction op: sum, prod, min, max, avg")->capture_default_str();
   app.add_option("-r,--root", root, "root rank of broadcast and reduce")->capture_default_str();
@@ -283,9 +324,18 @@ int main(int argc, char** argv) {
   app.add_option("-w,--warmup_iters", warmup, "untimed iterations first")
       ->capture_default_str()
       ->check(apps::whole(0, 1 << 30));
-  app.add_option("-c,--check", check_flag, "verify results (1) or not (0)")
+  app.add_option("-c,--check", check_flag, "1: verify the results; 0: do not")
       ->capture_default_str()
       ->check(apps::whole(0, 1));
+  app.add_option("-a,--average", average,
+                 "how a row's time is combined over the ranks: 0 rank 0's, 1 the mean, 2 the fastest rank's, 3 the "
+                 "slowest rank's, which the job waits for; nccl-tests' default is 1")
+      ->capture_default_str()
+      ->check(apps::whole(0, 3));
+  app.add_option("-g,--ngpus", gpus, "GPUs per rank; only 1: a Tessera rank drives one GPU, so start one rank per GPU")
+      ->capture_default_str();
+  app.add_option("-t,--nthreads", threads, "threads per rank; only 1: a Tessera rank drives its GPU from one thread")
+      ->capture_default_str();
   app.add_option("--rounds", rounds, "alternating Tessera/raw batches per row; the lowest median of each is kept")
       ->capture_default_str()
       ->check(apps::whole(1, 1000));
@@ -299,6 +349,13 @@ int main(int argc, char** argv) {
                "smallest difference this machine can resolve");
 
   return tessera::apps::run_app(argc, argv, app, [&](tessera::Session& session) {
+    // nccl-tests' -g and -t run several GPUs from one process; a Tessera rank drives one GPU.
+    for (const auto& [flag, value] : {std::pair<const char*, int>{"-g", gpus}, {"-t", threads}})
+      if (value != 1)
+        throw ConfigError(
+            std::string(flag) + " " + std::to_string(value) +
+            ": a Tessera rank drives one GPU from one thread; start one rank per GPU instead (mpiexec -n " +
+            std::to_string(static_cast<long long>(session.size()) * gpus * threads) + ") and leave " + flag + " at 1");
     const DType dtype = parse_dtype(dtype_name_arg);
     const ReduceOp redop = comm::parse_reduce_op(redop_name);
     const std::size_t lo = parse_size(min_bytes), hi = parse_size(max_bytes);
@@ -356,9 +413,9 @@ int main(int argc, char** argv) {
       for (const auto& op : ops) {
         if (leader) {
           std::printf(
-              "#\n# backend %s, %d ranks, op %s, dtype %s, redop %s, %d iters x %d rounds, %d warm-up%s%s\n",
+              "#\n# backend %s, %d ranks, op %s, dtype %s, redop %s, %d iters x %d rounds, %d warm-up, time: %s%s%s\n",
               comm::backend_name(comm->backend()), p, op.c_str(), tessera::dtype_name(dtype),
-              reduces(op) ? comm::reduce_op_name(redop) : "none", iters, rounds, warmup,
+              reduces(op) ? comm::reduce_op_name(redop) : "none", iters, rounds, warmup, kAverageWords[average],
               noise_floor ? "\n# NOISE FLOOR: the Tessera columns time the raw call too" : "",
               p == 1 ? "\n# 1 rank: nothing crosses a bus, so busbw is undefined (-); tess/raw compares times" : "");
           std::printf("# %12s %12s %9s %6s %10s %8s %8s %7s %10s %9s %8s\n", "size", "count", "type", "redop", "time",
@@ -385,22 +442,26 @@ int main(int argc, char** argv) {
           const bool has_raw = raw && raw->supports(op, dtype, redop);
           if (has_raw)
             for (int i = 0; i < warmup; ++i) raw->run(op, c.dtype, c.redop, c.root, b.send, b.recv, c.per_rank);
-          double t = 1e300, t_raw = 1e300;
+          Timing tessera_timing, raw_timing;
           // Alternate which goes first, so neither always inherits the other's cache/scheduler state.
           for (int round = 0; round < rounds; ++round) {
             auto tessera_batch = [&] {
-              t = std::min(t, time_batch(sync, iters, [&] {
-                             if (noise_floor && has_raw)
-                               raw->run(op, c.dtype, c.redop, c.root, b.send, b.recv, c.per_rank);
-                             else
-                               run_tessera(*comm, c, b);
-                           }));
+              tessera_timing.keep_best(time_batch(sync, iters,
+                                                  [&] {
+                                                    if (noise_floor && has_raw)
+                                                      raw->run(op, c.dtype, c.redop, c.root, b.send, b.recv,
+                                                               c.per_rank);
+                                                    else
+                                                      run_tessera(*comm, c, b);
+                                                  }),
+                                       average);
             };
             auto raw_batch = [&] {
               if (has_raw)
-                t_raw = std::min(t_raw, time_batch(sync, iters, [&] {
-                                   raw->run(op, c.dtype, c.redop, c.root, b.send, b.recv, c.per_rank);
-                                 }));
+                raw_timing.keep_best(
+                    time_batch(sync, iters,
+                               [&] { raw->run(op, c.dtype, c.redop, c.root, b.send, b.recv, c.per_rank); }),
+                    average);
             };
             if (round % 2 == 0) {
               tessera_batch();
@@ -410,6 +471,7 @@ int main(int argc, char** argv) {
               tessera_batch();
             }
           }
+          const double t = tessera_timing.time, t_raw = raw_timing.time;
           // busbw is algbw times the share of the data that crosses the bus, which is 0 on one
           // rank; Tessera / raw is the ratio of their times (the same as of their busbw).
           const bool has_bus = p > 1;
@@ -449,11 +511,14 @@ int main(int argc, char** argv) {
               {"bytes", c.bytes},
               {"count", c.count},
               {"time_us", t * 1e6},
+              {"average", kAverageNames[average]},
+              {"rank_time_us", microseconds(tessera_timing.per_rank)},
               {"root", c.root},
               {"algbw_gbps", algbw},
               {"busbw_gbps", has_bus ? nlohmann::json(busbw) : nlohmann::json(nullptr)},
               {"raw_busbw_gbps", has_raw && has_bus ? nlohmann::json(raw_busbw) : nlohmann::json(nullptr)},
               {"raw_time_us", has_raw ? nlohmann::json(t_raw * 1e6) : nlohmann::json(nullptr)},
+              {"raw_rank_time_us", has_raw ? microseconds(raw_timing.per_rank) : nlohmann::json(nullptr)},
               {"tessera_over_raw", has_raw ? nlohmann::json(ratio) : nlohmann::json(nullptr)},
               {"wrong", wrong},
               {"noise_floor", noise_floor}};

@@ -1,7 +1,8 @@
 """Checks a tessera-bench-collectives JSON file: the documented schema, the expected
 collectives present, no wrong elements, busbw = algbw * the nccl-tests factor for the rank
 count (undefined, null, on one rank), redop "none" where nothing is reduced, and
-Tessera / raw = raw time / Tessera time."""
+Tessera / raw = raw time / Tessera time, and each time combines the ranks' own times as its
+"average" (nccl-tests' -a) says."""
 import json
 import math
 import sys
@@ -18,8 +19,9 @@ factor = {"all_reduce": 2 * (ranks - 1) / ranks, "all_gather": (ranks - 1) / ran
           "reduce_scatter": (ranks - 1) / ranks, "all_to_all": (ranks - 1) / ranks,
           "broadcast": 1.0, "reduce": 1.0}
 for r in rows:
-    for key in ("op", "backend", "dtype", "redop", "root", "bytes", "time_us", "algbw_gbps", "busbw_gbps",
-                "raw_busbw_gbps", "raw_time_us", "tessera_over_raw", "wrong"):
+    for key in ("op", "backend", "dtype", "redop", "root", "bytes", "time_us", "average", "rank_time_us",
+                "algbw_gbps", "busbw_gbps", "raw_busbw_gbps", "raw_time_us", "raw_rank_time_us", "tessera_over_raw",
+                "wrong"):
         assert key in r, f"missing {key} in {r}"
     assert r["wrong"] == 0, r
     # Only the collectives that combine values name a reduction op.
@@ -32,6 +34,15 @@ for r in rows:
         assert abs(r["busbw_gbps"] - r["algbw_gbps"] * factor[r["op"]]) <= 1e-9 + 1e-9 * r["busbw_gbps"], r
     for key, value in want.items():
         assert str(r[key]) == value, f"{key} is {r[key]}, expected {value}: {r}"
+    # The row's time from every rank's: rank 0's, their mean, the fastest or the slowest.
+    combine = {"rank0": lambda t: t[0], "mean": lambda t: sum(t) / len(t), "fastest": min, "slowest": max}
+    assert r["average"] in combine, r
+    for time, per_rank in (("time_us", "rank_time_us"), ("raw_time_us", "raw_rank_time_us")):
+        if r[time] is None:
+            assert r[per_rank] is None, r
+            continue
+        assert len(r[per_rank]) == ranks and all(t > 0 for t in r[per_rank]), r
+        assert abs(combine[r["average"]](r[per_rank]) - r[time]) <= 1e-9 * r[time], (time, r)
     if r["raw_time_us"] is not None:
         ratio = r["tessera_over_raw"]
         assert math.isfinite(ratio) and ratio > 0, r
