@@ -7,8 +7,12 @@
 #include <CLI/CLI.hpp>
 #include <Kokkos_Core.hpp>
 
+#include <signal.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -19,6 +23,7 @@
 
 #include <tessera/core/build_info.hpp>
 #include <tessera/core/error.hpp>
+#include <tessera/core/files.hpp>
 #include <tessera/core/session.hpp>
 
 #include "config_file.hpp"
@@ -28,6 +33,41 @@
 #include "validators.hpp"
 
 namespace tessera::apps {
+
+namespace detail {
+// What a stopped job prints (rank 0 only), made before any signal can come: a handler may
+// only call async-signal-safe functions.
+inline char g_stop_message[2][512];
+inline std::size_t g_stop_length[2] = {0, 0};
+
+inline void on_stop_signal(int sig) {
+  remove_unfinished_files();
+  const int k = sig == SIGINT ? 0 : 1;
+  if (g_stop_length[k] > 0 && ::write(2, g_stop_message[k], g_stop_length[k]) < 0) {
+  }
+  std::signal(sig, SIG_DFL);
+  std::raise(sig);  // ends as the signal would have: the launcher and the shell see it
+}
+}  // namespace detail
+
+/// SIGINT (Ctrl-C) and SIGTERM (scancel, a job's time limit, the launcher taking a job down):
+/// the output files still being written beside the user's are removed, rank 0 says so, and
+/// the process ends by the signal. The user's own files are as they were.
+inline void handle_stop_signals(const std::string& name, bool say_it) {
+  const char* names[2] = {"SIGINT", "SIGTERM"};
+  for (int k = 0; k < 2; ++k) {
+    const int n = std::snprintf(detail::g_stop_message[k], sizeof detail::g_stop_message[k],
+                                "\n%s: stopped by %s; output files still being written were removed, and files you "
+                                "already had are as they were\n",
+                                name.c_str(), names[k]);
+    detail::g_stop_length[k] = say_it && n > 0 ? std::min<std::size_t>(static_cast<std::size_t>(n), 511) : 0;
+  }
+  struct sigaction action {};
+  action.sa_handler = detail::on_stop_signal;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+}
 
 /// Runs `check` on rank 0 and raises what it reports (a ConfigError) on every rank, so that
 /// every rank stops alike, before any work (e.g. an output file that cannot be written).
@@ -86,6 +126,7 @@ inline int run_app(int argc, char** argv, CLI::App& app, const std::function<int
   }
   try {
     Session session(kokkos_argc, kokkos_args);
+    handle_stop_signals(name, session.rank() == 0);
     ConfigSource config;
     try {
       // Flags given twice (a config file's, then the command line's) keep the last value.

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <system_error>
 #include <utility>
@@ -87,6 +88,7 @@ class OutputFile {
     writing_ = std::filesystem::exists(target_, ec)
                    ? std::filesystem::path(target_.string() + ".tmp." + std::to_string(getpid()))
                    : target_;
+    if (writing_ != target_) unfinished_ = std::make_unique<UnfinishedFile>(writing_.string());
     stream_.open(writing_);
     if (!stream_) throw ConfigError("cannot write the " + flag_ + " file '" + path_ + "'");
   }
@@ -108,9 +110,11 @@ class OutputFile {
     if (!stream_.fail() && writing_ != target_) std::filesystem::rename(writing_, target_, ec);
     if (stream_.fail() || ec) {
       if (writing_ != target_) std::filesystem::remove(writing_, ec);
+      unfinished_.reset();
       throw ConfigError("could not write the " + flag_ + " file '" + path_ + "'" +
                         (ec ? " (" + ec.message() + ")" : std::string()));
     }
+    unfinished_.reset();
   }
 
   /// The run failed: a file the user had stays as it was. Returns what became of it, for the
@@ -121,6 +125,7 @@ class OutputFile {
     if (writing_ == target_) return flag_ + " '" + path_ + "' holds the steps before the failure";
     std::error_code ec;
     std::filesystem::remove(writing_, ec);
+    unfinished_.reset();
     return flag_ + " '" + path_ + "' was left as it was";
   }
 
@@ -128,6 +133,7 @@ class OutputFile {
   std::string flag_, path_;
   std::filesystem::path target_, writing_;
   bool done_ = false;
+  std::unique_ptr<UnfinishedFile> unfinished_;  // the copy beside a file the user had, until renamed
   std::ofstream stream_;
 };
 

@@ -28,6 +28,7 @@ void save_model(const std::string& path, const nn::ParameterStore& store, comm::
     // into place.
     const std::filesystem::path target = write_target(path);
     const std::string tmp = target.string() + ".tmp." + std::to_string(getpid());
+    const UnfinishedFile unfinished(tmp);  // removed by an app's handler if the job is stopped
     const auto dir = target.parent_path();
     detail::QuietHdf5 quiet;
     try {

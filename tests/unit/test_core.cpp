@@ -3,9 +3,15 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
 #include <random>
+#include <string>
+#include <vector>
 
 #include <tessera/tessera.hpp>
 
@@ -179,5 +185,50 @@ TEST(BuildInfo, DescribesItInOneLine) {
   EXPECT_EQ(line.find(", gloo") != std::string::npos, TESSERA_HAVE_GLOO != 0) << line;
   EXPECT_EQ(line.find(", nccl") != std::string::npos, TESSERA_HAVE_NCCL != 0) << line;
   EXPECT_NE(line.find(info.hdf5 ? "HDF5 " + info.hdf5_version : "HDF5 off"), std::string::npos) << line;
+}
+}  // namespace
+
+namespace {
+using namespace tessera;
+
+bool exists(const std::string& path) { return std::ifstream(path).good(); }
+
+TEST(UnfinishedFile, RemovedOnlyWhileTracked) {
+  const std::string tracked = "unfinished_a.tmp", released = "unfinished_b.tmp", never = "unfinished_c.tmp";
+  for (const auto& p : {tracked, released, never}) std::ofstream(p) << "partial";
+  {
+    const UnfinishedFile keep(released);  // its owner renamed it into place: no longer tracked
+  }
+  const UnfinishedFile a(tracked);
+  remove_unfinished_files();
+  EXPECT_FALSE(exists(tracked));
+  EXPECT_TRUE(exists(released));
+  EXPECT_TRUE(exists(never));
+  // Tracked by its absolute path: a later change of directory does not matter.
+  std::ofstream(tracked) << "partial";
+  const auto here = std::filesystem::current_path();
+  std::filesystem::current_path(here.parent_path());
+  remove_unfinished_files();
+  std::filesystem::current_path(here);
+  EXPECT_FALSE(exists(tracked));
+  std::remove(released.c_str());
+  std::remove(never.c_str());
+}
+
+TEST(UnfinishedFile, ManyAtOnceAreTrackedUpToTheTable) {
+  std::vector<std::unique_ptr<UnfinishedFile>> files;
+  for (int i = 0; i < 70; ++i) {
+    const std::string p = "unfinished_many_" + std::to_string(i) + ".tmp";
+    std::ofstream(p) << i;
+    files.push_back(std::make_unique<UnfinishedFile>(p));
+  }
+  remove_unfinished_files();
+  int left = 0;
+  for (int i = 0; i < 70; ++i) {
+    const std::string p = "unfinished_many_" + std::to_string(i) + ".tmp";
+    left += exists(p) ? 1 : 0;
+    std::remove(p.c_str());
+  }
+  EXPECT_EQ(left, 70 - 64);  // the table holds 64; the rest are written untracked, as documented
 }
 }  // namespace

@@ -22,4 +22,23 @@ inline std::filesystem::path write_target(const std::string& path) {
   return p;
 }
 
+/// Files being written that are not the user's yet: a copy that is renamed over its target
+/// when complete (model files, the apps' outputs). While one is tracked,
+/// remove_unfinished_files() deletes it; that call is async-signal-safe, so a SIGINT or
+/// SIGTERM handler (Ctrl-C, scancel, a job's time limit) can leave nothing half-written behind.
+/// Up to 64 files at once, paths up to 4095 bytes; more are written as before, untracked.
+class UnfinishedFile {
+ public:
+  explicit UnfinishedFile(const std::string& path);
+  ~UnfinishedFile();  ///< no longer tracked: renamed into place, or removed by its owner
+  UnfinishedFile(const UnfinishedFile&) = delete;
+  UnfinishedFile& operator=(const UnfinishedFile&) = delete;
+
+ private:
+  int slot_ = -1;
+};
+
+/// Deletes every tracked unfinished file (unlink, nothing else: safe in a signal handler).
+void remove_unfinished_files() noexcept;
+
 }  // namespace tessera

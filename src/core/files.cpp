@@ -1,0 +1,55 @@
+#include <tessera/core/files.hpp>
+
+#include <unistd.h>
+
+#include <array>
+#include <atomic>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <system_error>
+
+namespace tessera {
+namespace {
+
+// A fixed table, so that a signal handler can walk it: no allocation, no lock, only atomic
+// loads and unlink(). A slot is free (0), being filled or emptied (1), or tracked (2).
+constexpr int kSlots = 64;
+constexpr std::size_t kPathBytes = 4096;
+std::array<std::atomic<int>, kSlots> g_state{};
+std::array<std::array<char, kPathBytes>, kSlots> g_path{};
+
+}  // namespace
+
+UnfinishedFile::UnfinishedFile(const std::string& name) {
+  // Absolute, so that the path still names the file whatever the directory is by then.
+  std::error_code ec;
+  const std::filesystem::path absolute = std::filesystem::absolute(name, ec);
+  const std::string path = ec ? name : absolute.string();
+  if (path.empty() || path.size() >= kPathBytes) return;
+  for (int i = 0; i < kSlots; ++i) {
+    int free_slot = 0;
+    if (g_state[i].compare_exchange_strong(free_slot, 1)) {
+      std::memcpy(g_path[i].data(), path.c_str(), path.size() + 1);
+      g_state[i].store(2);
+      slot_ = i;
+      return;
+    }
+  }
+}
+
+UnfinishedFile::~UnfinishedFile() {
+  if (slot_ < 0) return;
+  g_state[slot_].store(1);
+  g_path[slot_][0] = '\0';
+  g_state[slot_].store(0);
+}
+
+void remove_unfinished_files() noexcept {
+  for (int i = 0; i < kSlots; ++i)
+    if (g_state[i].load() == 2) ::unlink(g_path[i].data());
+}
+
+static_assert(std::atomic<int>::is_always_lock_free, "the table is read from signal handlers");
+
+}  // namespace tessera
