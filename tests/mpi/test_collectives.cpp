@@ -5,8 +5,15 @@
 // values come from the closed-form math, not from another run.
 #include <gtest/gtest.h>
 
+#include <sched.h>
+
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <numeric>
+#include <sstream>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -419,5 +426,38 @@ TEST(Collectives, WorksOnKokkosViews) {
   Kokkos::deep_copy(h, out);
   for (int r = 0; r < c.size(); ++r)
     for (std::size_t i = 0; i < 5; ++i) EXPECT_EQ(h(static_cast<std::size_t>(r) * 5 + i), r + 1.0);
+}
+
+/// How many threads of this process run under the scheduling policy `policy` (the 41st field
+/// of /proc/self/task/<tid>/stat, counted after the command name, which may hold spaces).
+int threads_under(int policy) {
+  int n = 0;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream in(task.path() / "stat");
+    std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const auto close = stat.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream fields(stat.substr(close + 2));  // field 3 (state) onwards
+    std::string field;
+    for (int k = 3; k <= 41 && fields >> field; ++k) {
+      if (k == 41 && std::stoi(field) == policy) ++n;
+    }
+  }
+  return n;
+}
+
+// Gloo's event loop runs under SCHED_BATCH, so that where it shares a core with the thread
+// that posts an op it never preempts that thread inside the pair's lock (gloo_backend.cpp
+// says why); TESSERA_GLOO_LOOP_SCHED=normal leaves it as it was.
+TEST(Gloo, EventLoopThreadRunsUnderSchedBatchUnlessAskedNotTo) {
+  if (test::backend_under_test() != comm::Backend::Gloo) GTEST_SKIP() << "the gloo backend's thread";
+  auto& c = world();
+  std::vector<float> x(4, 1.0f);
+  c.all_reduce(comm::Buffer(x.data(), x.size()), ReduceOp::Sum);  // the device exists by now
+  EXPECT_EQ(x[0], static_cast<float>(c.size()));
+  const char* env = std::getenv("TESSERA_GLOO_LOOP_SCHED");
+  const bool normal = env != nullptr && std::string(env) == "normal";
+  EXPECT_EQ(threads_under(SCHED_BATCH), normal ? 0 : 1)
+      << "Gloo's TCP device has one event-loop thread, and it alone should run under SCHED_BATCH";
 }
 }  // namespace

@@ -14,16 +14,26 @@
 #include <gloo/reduce.h>
 #include <gloo/scatter.h>
 #include <gloo/transport/tcp/device.h>
+#include <gloo/transport/tcp/loop.h>
 #include <gloo/transport/unbound_buffer.h>
+#include <sched.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <future>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "comm/backend.hpp"
+#include "core/log.hpp"
 #include "core/mpi_check.hpp"
 
 namespace tessera::comm::detail {
@@ -35,6 +45,59 @@ constexpr std::uint64_t kRingSlotBase = 1ull << 41;
 
 std::chrono::milliseconds gloo_timeout(std::chrono::milliseconds t) {
   return t.count() > 0 ? t : std::chrono::hours(24 * 365);
+}
+
+/// How the TCP device's event-loop thread is scheduled: TESSERA_GLOO_LOOP_SCHED=batch (the
+/// default) or normal.
+///
+/// Why not normal: the loop thread handles a pair's socket only if it can take the pair's
+/// lock without waiting; otherwise it returns to epoll_wait, which reports the same socket
+/// again at once (level-triggered). The thread that posts a send or receive holds that lock
+/// while it writes to the socket. Where the loop thread and the posting thread share a core
+/// (one core per rank), data arriving wakes the loop thread, the scheduler lets it preempt
+/// the posting thread inside the lock, and the loop thread spins on the lock until the next
+/// scheduler tick ends its turn: 4 ms at HZ=250, on every op that waits for a peer. Under
+/// SCHED_BATCH a woken thread does not preempt the running one, so the lock holder finishes
+/// first. It changes nothing else: the loop thread still gets its fair share of the CPU.
+bool loop_thread_batched() {
+  const char* text = std::getenv("TESSERA_GLOO_LOOP_SCHED");
+  if (text == nullptr || *text == '\0') return true;
+  std::string v(text);
+  std::transform(v.begin(), v.end(), v.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  if (v == "batch") return true;
+  if (v == "normal") return false;
+  throw ConfigError(std::string("TESSERA_GLOO_LOOP_SCHED='") + text +
+                    "' must be batch (the default: Gloo's event-loop thread never preempts the thread that "
+                    "posts an op) or normal");
+}
+
+/// Runs fn once on the device's event-loop thread: an eventfd registered with the loop, made
+/// readable, and waited for.
+void run_on_loop_thread(gloo::transport::tcp::Device& device, std::function<void()> fn) {
+  struct OnLoop final : gloo::transport::tcp::Handler {
+    int fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    std::function<void()> fn;
+    std::promise<void> ran;
+    bool done = false;
+    void handleEvents(int) override {
+      std::uint64_t value = 0;
+      if (::read(fd, &value, sizeof value) != static_cast<ssize_t>(sizeof value) || done) return;
+      done = true;
+      fn();
+      ran.set_value();
+    }
+  } on_loop;
+  if (on_loop.fd < 0) throw CommError(std::string("gloo: eventfd failed: ") + std::strerror(errno));
+  on_loop.fn = std::move(fn);
+  auto ran = on_loop.ran.get_future();
+  device.registerDescriptor(on_loop.fd, EPOLLIN, &on_loop);
+  const std::uint64_t one = 1;
+  const bool written = ::write(on_loop.fd, &one, sizeof one) == static_cast<ssize_t>(sizeof one);
+  // The loop ticks every 10 ms at most; a loop that does not answer in 10 s is not running.
+  const bool answered = written && ran.wait_for(std::chrono::seconds(10)) == std::future_status::ready;
+  device.unregisterDescriptor(on_loop.fd, &on_loop);  // waits for the loop's tick: no call after this
+  ::close(on_loop.fd);
+  if (!answered) throw CommError("gloo: the TCP device's event loop did not answer within 10 s");
 }
 
 /// One TCP device per process, shared by every Gloo communicator. Its address comes from
@@ -54,6 +117,7 @@ std::shared_ptr<gloo::transport::Device> tcp_device() {
       gethostname(name, sizeof name - 1);
       attr.hostname = name;
     }
+    const bool batched = loop_thread_batched();
     try {
       device = gloo::transport::tcp::CreateDevice(attr);
     } catch (const std::exception& e) {
@@ -61,6 +125,19 @@ std::shared_ptr<gloo::transport::Device> tcp_device() {
                           "); set TESSERA_GLOO_IFNAME to a network interface or TESSERA_GLOO_HOSTNAME "
                           "to an address of this host",
                       __FILE__, __LINE__);
+    }
+    if (batched) {
+      int error = 0;
+      run_on_loop_thread(static_cast<gloo::transport::tcp::Device&>(*device), [&] {
+        sched_param param{};
+        if (sched_setscheduler(0, SCHED_BATCH, &param) != 0) error = errno;
+      });
+      // Not fatal: the backend works either way, only slower on a shared core.
+      if (error != 0)
+        tessera::detail::logger().warn(
+            "gloo: cannot run the TCP event loop under SCHED_BATCH ({}); ops that wait "
+            "for a peer can take a scheduler tick longer where it shares a core",
+            std::strerror(error));
     }
   }
   return device;
@@ -164,6 +241,9 @@ class GlooBackend final : public Backend {
     } catch (const gloo::Exception& e) {
       MPI_Comm_free(&comm_);
       throw CommError(std::string("gloo: connecting the full mesh failed: ") + e.what(), __FILE__, __LINE__);
+    } catch (...) {
+      MPI_Comm_free(&comm_);
+      throw;
     }
   }
   ~GlooBackend() override {
