@@ -20,7 +20,10 @@ head -1 <<<"$out" | grep -q '^Usage: mpiexec -n N tessera-train' || fail "the fi
 [ "$(grep -c 'Usage:' <<<"$out")" -eq 1 ] || fail "'Usage:' is printed more than once"
 ! grep -qi kokkos <<<"$out" || fail "Kokkos' help is mixed in"
 has '^  --model.layers LAYERS +number of Linear layers \(default: 8\)$' "placeholder and default"
-has '^  --parallel.schedule \{1f1b,gpipe\}' "choices as the placeholder"
+for choices in 'parallel.schedule \{1f1b,gpipe\}' 'optim.name \{adamw,sgd\}' 'comm.backend \{auto,mpi,gloo,nccl\}' \
+  'comm.grad_dtype \{fp32,bf16\}'; do
+  has "^  --$choices( |$)" "choices as the placeholder"
+done
 has '^  --save FILE  ' "FILE placeholder"
 tr -s '\n ' '  ' <<<"$out" | grep -q -- '(0 to 3; default: 0)' || fail "--parallel.zero's range in words"
 ! grep -qE 'INT|TEXT|BOOLEAN|1073741824|QUIET' <<<"$out" || fail "CLI11's type names or a flag's placeholder"

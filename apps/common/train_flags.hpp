@@ -41,7 +41,7 @@ struct TrainFlags {
         ->capture_default_str()
         ->check(whole(0, std::numeric_limits<long long>::max()));
     // Names of things (optimizer, schedule, backend, dtype) are taken in any case.
-    app.add_option("--optim.name", c.optimizer, "adamw or sgd")->capture_default_str();
+    app.add_option("--optim.name", c.optimizer, "optimizer")->capture_default_str()->option_text("{adamw,sgd}");
     app.add_option("--optim.lr", lr, "learning rate; adamw's default is 1e-3, sgd's 0.01")->check(positive(1e3));
     app.add_option("--optim.momentum", c.momentum, "sgd momentum: 0.9 is usual, 0 is none")
         ->capture_default_str()
@@ -91,11 +91,15 @@ struct TrainFlags {
                    "node or GPU has")
         ->capture_default_str()
         ->check(non_negative());
-    app.add_option("--comm.backend", backend, "auto, mpi, gloo or nccl")->capture_default_str();
+    app.add_option("--comm.backend", backend, "auto: NCCL when every rank has a GPU of its own, else MPI")
+        ->capture_default_str()
+        ->option_text("{auto,mpi,gloo,nccl}");
     app.add_option("--comm.bucket_mb", c.ddp.bucket_mb, "DDP gradient bucket size in MiB")
         ->capture_default_str()
         ->check(positive(1 << 20));
-    app.add_option("--comm.grad_dtype", grad_dtype, "gradients on the wire: fp32 or bf16")->capture_default_str();
+    app.add_option("--comm.grad_dtype", grad_dtype, "gradients on the wire")
+        ->capture_default_str()
+        ->option_text("{fp32,bf16}");
   }
 
   /// After parsing: the configuration, checked.
