@@ -10,7 +10,8 @@ if ! /usr/bin/python3 -c "import torch" 2>/dev/null; then
   echo "compare_pytorch.sh: PyTorch is missing; install it with: apt-get install python3-torch" >&2
   exit 2
 fi
-# Tessera picks its BLAS threads per rank itself (one each here); PyTorch gets --threads 1.
+# Tessera picks its BLAS threads per rank itself (one each here); PyTorch gets --threads 1, and
+# runs under SCHED_BATCH (pytorch_ddp.py --sched, default batch), as Tessera runs its Gloo loop.
 mpiexec -n 2 "${MPIEXEC_FLAGS[@]}" "$BUILD_DIR/perf/tessera-bench-train" --model.layers 8 --model.dim 1024 \
     --train.batch 128 --bench.steps 20 --json "$out/ddp_tessera.json"
 /usr/bin/python3 "$TESSERA_ROOT/perf/pytorch_ddp.py" --ranks 2 --layers 8 --dim 1024 --batch 128 --steps 20 \

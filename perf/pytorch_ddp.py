@@ -4,6 +4,12 @@ with PyTorch's defaults, a global batch cut across the ranks. Prints and writes 
 
 Usage: /usr/bin/python3 perf/pytorch_ddp.py --ranks 2 --layers 8 --dim 1024 --batch 128 --json out.json
 (Debian's python3-torch; one CPU thread per rank, like one Tessera rank per core.)
+
+--sched batch (the default) runs each rank under SCHED_BATCH, as Tessera runs its own Gloo
+event loop (docs/communication.md, "Gloo on a shared core"): with one core per rank, Gloo's
+event-loop thread otherwise preempts the thread whose lock it needs and spins on it (PyTorch's
+loop thread used twice the CPU, and the median step was 132 ms against 118 ms, on the 2-core
+machine; docs/strategies.md). --sched normal leaves the default policy, to compare.
 """
 import argparse
 import json
@@ -71,18 +77,25 @@ def main():
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--sched", choices=["batch", "normal"], default="batch",
+                   help="scheduling policy of the ranks (see above)")
     p.add_argument("--json")
     args = p.parse_args()
     with socket.socket() as s:  # a free loopback port for the rendezvous
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
+    if args.sched == "batch":
+        # Before the ranks start: they, and Gloo's threads in them, inherit the policy.
+        os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
     results = mp.get_context("spawn").SimpleQueue()
     mp.spawn(worker, args=(args, port, results), nprocs=args.ranks, join=True)
     step = results.get()
-    out = {"framework": f"pytorch {torch.__version__}", "backend": "gloo", "ranks": args.ranks, "layers": args.layers,
-           "dim": args.dim, "global_batch": args.batch, "median_step_s": step, "steps_per_s": 1 / step}
-    print(f"pytorch {torch.__version__} DDP (gloo), {args.ranks} ranks, MLP {args.layers} x {args.dim}, "
-          f"batch {args.batch}: median step {step * 1e3:.2f} ms, {1 / step:.2f} steps/s")
+    out = {"framework": f"pytorch {torch.__version__}", "backend": "gloo", "sched": args.sched, "ranks": args.ranks,
+           "layers": args.layers, "dim": args.dim, "global_batch": args.batch, "median_step_s": step,
+           "steps_per_s": 1 / step}
+    print(f"pytorch {torch.__version__} DDP (gloo, {args.sched} policy), {args.ranks} ranks, "
+          f"MLP {args.layers} x {args.dim}, batch {args.batch}: median step {step * 1e3:.2f} ms, "
+          f"{1 / step:.2f} steps/s")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=2)
