@@ -21,7 +21,7 @@ head -1 <<<"$out" | grep -q '^Usage: mpiexec -n N tessera-train' || fail "the fi
 ! grep -qi kokkos <<<"$out" || fail "Kokkos' help is mixed in"
 has '^  --model.layers LAYERS +number of Linear layers \(default: 8\)$' "placeholder and default"
 for choices in 'parallel.schedule \{1f1b,gpipe\}' 'optim.name \{adamw,sgd\}' 'comm.backend \{auto,mpi,gloo,nccl\}' \
-  'comm.grad_dtype \{fp32,bf16\}'; do
+  'comm.grad_dtype \{fp32,bf16\}' 'comm.overlap_backward \{auto,true,false\}'; do
   has "^  --$choices( |$)" "choices as the placeholder"
 done
 has '^  --save FILE  ' "FILE placeholder"

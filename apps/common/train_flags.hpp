@@ -20,6 +20,7 @@ struct TrainFlags {
   train::TrainConfig config;
   std::string backend = "auto";
   std::string grad_dtype = "fp32";
+  std::string overlap_backward = "auto";
   float lr = 0;
 
   /// Registers --model.*, --train.* (but --train.steps, which each app words for itself),
@@ -100,6 +101,12 @@ struct TrainFlags {
     app.add_option("--comm.grad_dtype", grad_dtype, "gradients on the wire")
         ->capture_default_str()
         ->option_text("{fp32,bf16}");
+    app.add_option("--comm.overlap_backward", overlap_backward,
+                   "DDP: reduce each gradient bucket during backward, as soon as it is ready (true), or after "
+                   "backward (false); auto: true, but false where gradients are in host memory and a rank has "
+                   "one core")
+        ->capture_default_str()
+        ->option_text("{auto,true,false}");
   }
 
   /// After parsing: the configuration, checked.
@@ -113,6 +120,17 @@ struct TrainFlags {
       throw ConfigError(wire);
     }
     if (config.ddp.grad_dtype != DType::Float32 && config.ddp.grad_dtype != DType::BFloat16) throw ConfigError(wire);
+    std::string overlap = overlap_backward;
+    for (auto& ch : overlap) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    if (overlap == "auto")
+      config.ddp.overlap_backward = parallel::BackwardOverlap::Auto;
+    else if (overlap == "true" || overlap == "on" || overlap == "yes" || overlap == "1")
+      config.ddp.overlap_backward = parallel::BackwardOverlap::On;
+    else if (overlap == "false" || overlap == "off" || overlap == "no" || overlap == "0")
+      config.ddp.overlap_backward = parallel::BackwardOverlap::Off;
+    else
+      throw ConfigError("--comm.overlap_backward: '" + overlap_backward +
+                        "' is not auto, true or false (nor on/off, yes/no, 1/0)");
     config.validate();
     return config;
   }
@@ -140,6 +158,10 @@ struct TrainFlags {
     if (given("--comm.bucket_mb") && c.zero_stage != 0)
       notes.push_back("--comm.bucket_mb sizes DDP's buckets; " +
                       (c.zero_stage == 3 ? run + " reduces a layer at a time" : run + " takes --zero.bucket_mb"));
+    if (given("--comm.overlap_backward") && c.zero_stage != 0)
+      notes.push_back("--comm.overlap_backward applies to DDP (--parallel.zero 0); " + run +
+                      (c.zero_stage == 3 ? " reduces each layer as backward leaves it"
+                                         : " reduces each bucket as backward completes it"));
     if (c.data != "synthetic")
       for (const char* flag : {"--data.samples", "--data.teacher_layers"})
         if (given(flag))

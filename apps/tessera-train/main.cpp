@@ -102,13 +102,20 @@ int main(int argc, char** argv) {
     const bool tty = progress == "bar" || (progress == "auto" && isatty(STDOUT_FILENO) != 0 && !launched);
     const std::string layout = trainer.layout();  // collective-free; every rank builds it
     if (root && !quiet && (c.tp > 1 || c.pp > 1)) std::printf("tessera-train: layout %s\n", layout.c_str());
+    // DDP says when its buckets travel where that is not during backward.
+    std::string strategy = trainer.strategy().name();
+    if (const auto* ddp = dynamic_cast<const parallel::DistributedDataParallel*>(&trainer.strategy());
+        ddp != nullptr && trainer.data_parallel().size() > 1 && !ddp->overlaps_backward())
+      strategy += c.ddp.overlap_backward == parallel::BackwardOverlap::Off
+                      ? ", buckets reduced after backward"
+                      : ", buckets reduced after backward: one core per rank";
     if (root && !quiet)
       std::printf(
           "tessera-train: %d rank%s (%s, %s), MLP %zu x %zu (%zu parameters), %s, %s, batch %lld x %lld steps, "
           "BLAS threads %s per rank (%s)\n",
-          comm->size(), comm->size() == 1 ? "" : "s", comm::backend_name(comm->backend()), trainer.strategy().name(),
-          c.layers, c.dim, c.layers * (c.dim * c.dim + c.dim), trainer.dataset().describe().c_str(),
-          c.optimizer.c_str(), static_cast<long long>(c.global_batch), static_cast<long long>(c.steps),
+          comm->size(), comm->size() == 1 ? "" : "s", comm::backend_name(comm->backend()), strategy.c_str(), c.layers,
+          c.dim, c.layers * (c.dim * c.dim + c.dim), trainer.dataset().describe().c_str(), c.optimizer.c_str(),
+          static_cast<long long>(c.global_batch), static_cast<long long>(c.steps),
           blas.threads > 0 ? std::to_string(blas.threads).c_str() : "?", blas.reason.c_str());
     double first_loss = 0, last_loss = 0, elapsed = 0;
     const std::int64_t every = std::max<std::int64_t>(1, c.steps / 20);

@@ -34,17 +34,22 @@ std::atomic<bool> g_comm_failed{false};
 std::mutex g_finalizers_mutex;
 std::vector<std::function<void()>> g_finalizers;
 
-/// The cores this rank may use, as far as can be told before MPI starts: those it is bound
-/// to, and no more than its share of the node's (Open MPI's launcher says how many ranks
-/// share the node; other launchers bind, or the share is the node's).
-int cores_per_rank_before_mpi() {
+/// The cores this rank may use: those it is bound to, and no more than its share of the
+/// node's among `ranks_on_node` ranks (at least 1).
+int cores_of_rank(int ranks_on_node) {
   const int online = std::max(1, static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)));
   cpu_set_t set;
   CPU_ZERO(&set);
   const int allowed = sched_getaffinity(0, sizeof set, &set) == 0 ? std::max(1, CPU_COUNT(&set)) : online;
+  return std::max(1, std::min(allowed, online / std::max(1, ranks_on_node)));
+}
+
+/// The same, as far as can be told before MPI starts (Open MPI's launcher says how many
+/// ranks share the node; other launchers bind, or the share is the node's).
+int cores_per_rank_before_mpi() {
   int local = 1;
   if (const char* v = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE"); v != nullptr) local = std::max(1, std::atoi(v));
-  return std::min(allowed, online / local);
+  return cores_of_rank(local);
 }
 
 bool probe_cuda_aware_mpi() {
@@ -154,6 +159,7 @@ void Session::start_runtimes(int* argc, char*** argv) {
   MPI_Comm_rank(node, &local_rank_);
   MPI_Comm_size(node, &local_size_);
   MPI_Comm_free(&node);
+  cores_ = cores_of_rank(local_size_);
   cuda_aware_mpi_ = probe_cuda_aware_mpi();
 
   if (!Kokkos::is_initialized()) {

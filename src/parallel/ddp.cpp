@@ -1,4 +1,5 @@
 #include <tessera/core/error.hpp>
+#include <tessera/core/session.hpp>
 #include <tessera/parallel/ddp.hpp>
 
 #include "parallel/replicas.hpp"
@@ -18,9 +19,29 @@ void from_bf16(const View1D<const bfloat16>& from, const View1D<float>& to) {
 }
 }  // namespace
 
+const char* overlap_name(BackwardOverlap overlap) noexcept {
+  switch (overlap) {
+    case BackwardOverlap::On:
+      return "true";
+    case BackwardOverlap::Off:
+      return "false";
+    case BackwardOverlap::Auto:
+      break;
+  }
+  return "auto";
+}
+
+bool overlaps_backward(BackwardOverlap overlap) {
+  if (overlap != BackwardOverlap::Auto) return overlap == BackwardOverlap::On;
+  // On a GPU the progress thread has the host to itself while the kernels run. On the host,
+  // a rank of one core has nothing to overlap with: its reductions' copying and adding
+  // would take turns with backward on that core.
+  return memory_kind_of_space<DeviceMemorySpace>() == MemoryKind::Device || Session::current().cores() >= 2;
+}
+
 DistributedDataParallel::DistributedDataParallel(nn::Module& model, nn::ParameterStore& store, comm::Communicator& comm,
                                                  DDPOptions options)
-    : store_(store), comm_(comm), options_(options) {
+    : store_(store), comm_(comm), options_(options), overlap_(parallel::overlaps_backward(options.overlap_backward)) {
   if (!store.allocated()) store.allocate();
   if (store.value_residency() != nn::Residency::Full || store.grad_residency() != nn::Residency::Full)
     throw Error("DistributedDataParallel: every rank must keep the whole model; this store is sharded");
@@ -98,8 +119,9 @@ void DistributedDataParallel::on_grad_ready(nn::Parameter& p) {
   if (pending_[b] == 0)
     throw Error("DistributedDataParallel: the gradient of '" + p.name +
                 "' was reported twice in one backward pass (shared parameters are not supported yet)");
-  // One replica's gradients are already the average: nothing to launch.
-  if (--pending_[b] == 0 && comm_.size() > 1) {
+  // One replica's gradients are already the average: nothing to launch. Without overlap,
+  // finish_gradient_sync() launches every bucket.
+  if (--pending_[b] == 0 && comm_.size() > 1 && overlap_) {
     launch(b);
     ++stats_.buckets_launched_during_backward;
   }

@@ -3,6 +3,9 @@
 // runs must end with the same parameters.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -43,9 +46,14 @@ TEST(DDP, SGDMatchesTheSingleProcessRunOnTheSameGlobalBatch) {
   c.momentum = 0.9f;
   train::Trainer reference(c, self());
   reference.run();
-  train::Trainer ddp(c, world());
-  ddp.run();
-  expect_same_parameters(values(reference), values(ddp), 1e-5);
+  // Buckets reduced during backward and after it (DDPOptions::overlap_backward).
+  for (auto overlap : {parallel::BackwardOverlap::On, parallel::BackwardOverlap::Off}) {
+    SCOPED_TRACE(std::string("overlap_backward ") + parallel::overlap_name(overlap));
+    c.ddp.overlap_backward = overlap;
+    train::Trainer ddp(c, world());
+    ddp.run();
+    expect_same_parameters(values(reference), values(ddp), 1e-5);
+  }
   // The steps must have changed the parameters, or the comparison proves nothing.
   train::Trainer untrained(c, self());
   double moved = 0;
@@ -111,6 +119,7 @@ TEST(DDP, AccumulationOfFourMicroStepsMatchesOneStepOfTheWholeBatch) {
 TEST(DDP, FirstBucketIsReducedWhileBackwardStillRuns) {
   auto c = small_config();
   c.ddp.first_bucket_mb = c.ddp.bucket_mb = 4.0 * 32 * 33 / (1024 * 1024);  // about one layer per bucket
+  c.ddp.overlap_backward = parallel::BackwardOverlap::On;
   train::Trainer t(c, world());
   if (world().size() == 1) {
     // One replica has nothing to average: no bucket is sent, and the step still trains.
@@ -131,6 +140,47 @@ TEST(DDP, FirstBucketIsReducedWhileBackwardStillRuns) {
   ASSERT_FALSE(s.ready_at_launch.empty());
   EXPECT_LT(s.ready_at_launch.front(), all) << "the first bucket must start before every gradient exists";
   EXPECT_EQ(s.buckets_launched_during_backward, buckets.size());
+}
+
+// Without overlap, no bucket starts before backward has produced every gradient, and the
+// step ends with the parameters of the overlapped one, bit for bit.
+TEST(DDP, BucketsReducedAfterBackwardStartOnlyOnceEveryGradientExists) {
+  auto c = small_config();
+  c.ddp.first_bucket_mb = c.ddp.bucket_mb = 4.0 * 32 * 33 / (1024 * 1024);  // about one layer per bucket
+  c.ddp.overlap_backward = parallel::BackwardOverlap::Off;
+  train::Trainer after(c, world());
+  EXPECT_FALSE(after.ddp().overlaps_backward());
+  c.ddp.overlap_backward = parallel::BackwardOverlap::On;
+  train::Trainer during(c, world());
+  EXPECT_TRUE(during.ddp().overlaps_backward());
+  for (int s = 0; s < 3; ++s) {
+    after.step();
+    during.step();
+    if (world().size() == 1) continue;  // one replica sends nothing
+    const auto& stats = after.ddp().last_sync();
+    const std::size_t all = after.parameters().parameters().size();
+    EXPECT_EQ(stats.buckets_launched_during_backward, 0u);
+    ASSERT_EQ(stats.ready_at_launch.size(), after.ddp().buckets().size());
+    for (const std::size_t ready : stats.ready_at_launch) EXPECT_EQ(ready, all);
+    EXPECT_EQ(during.ddp().last_sync().buckets_launched_during_backward, during.ddp().buckets().size());
+  }
+  EXPECT_EQ(values(after), values(during));
+}
+
+// Auto reduces during backward unless the gradients are in host memory and the rank has a
+// single core to compute and communicate on (docs/strategies.md).
+TEST(DDP, AutoOverlapFollowsWhereTheGradientsLiveAndTheRanksCores) {
+  const int cores = Session::current().cores();
+  const bool device = memory_kind_of_space<DeviceMemorySpace>() == MemoryKind::Device;
+  EXPECT_EQ(parallel::overlaps_backward(parallel::BackwardOverlap::Auto), device || cores >= 2)
+      << cores << " cores per rank, gradients in " << (device ? "device" : "host") << " memory";
+  // The ranks of a node share its cores: one each here when they outnumber them.
+  const int online = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+  const int ranks = Session::current().local_size();
+  EXPECT_GE(cores, 1);
+  EXPECT_LE(cores * ranks, std::max(online, ranks)) << ranks << " ranks on a node of " << online << " cores";
+  EXPECT_TRUE(parallel::overlaps_backward(parallel::BackwardOverlap::On));
+  EXPECT_FALSE(parallel::overlaps_backward(parallel::BackwardOverlap::Off));
 }
 
 TEST(DDP, BucketsCoverTheGradientsOnceInReverseOrderWithASmallFirstBucket) {

@@ -1,7 +1,10 @@
 // Single-process tests of the core layer, run as a plain process (no mpiexec): dtypes and
 // their conversions, parsing, error messages, options from the environment.
 #include <gtest/gtest.h>
+#include <sched.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -150,6 +153,16 @@ TEST(Session, OnlyOnePerProcessAndItIsAPlainProcessHere) {
   EXPECT_EQ(Session::current().rank(), 0);
   EXPECT_THROW_WITH(Session(), Error, "a tessera::Session is already alive");
   EXPECT_TRUE(Session::active());
+}
+
+// A process alone on its node may use every core it is bound to (DDP's overlap and the BLAS
+// threads follow from it).
+TEST(Session, APlainProcessHasEveryCoreItIsBoundTo) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  ASSERT_EQ(sched_getaffinity(0, sizeof set, &set), 0);
+  EXPECT_EQ(Session::current().local_size(), 1);
+  EXPECT_EQ(Session::current().cores(), std::min(CPU_COUNT(&set), static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN))));
 }
 
 TEST(Session, SingleRankCommunicatorWorksWithoutMpiexec) {

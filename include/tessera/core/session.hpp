@@ -30,6 +30,9 @@ class Session {
   int local_size() const noexcept { return local_size_; }
   /// This rank's index among them.
   int local_rank() const noexcept { return local_rank_; }
+  /// The cores this rank may run on: those it is bound to, at most its share of the node's
+  /// (the node's cores / local_size()), at least 1.
+  int cores() const noexcept { return cores_; }
   /// Ranks of this job on this node that use this rank's GPU, itself included (GPUs told
   /// apart by PCI bus id, so also when each rank sees only its own through
   /// CUDA_VISIBLE_DEVICES); 0 when data lives in host memory or the GPU could not be asked.
@@ -60,6 +63,7 @@ class Session {
   int size_ = 1;
   int local_rank_ = 0;
   int local_size_ = 1;
+  int cores_ = 1;
   int ranks_on_gpu_ = 0;
   bool cuda_aware_mpi_ = false;
 };

@@ -17,6 +17,19 @@
 
 namespace tessera::parallel {
 
+/// When DDP starts a bucket's reduction.
+enum class BackwardOverlap {
+  /// On, except where gradients live in host memory and the rank has one core
+  /// (Session::cores()): there the progress thread can only take turns with backward on
+  /// that core, and the ranks' turns fall out of step (measured slower: docs/strategies.md).
+  Auto,
+  On,   ///< as soon as its gradients are ready, during the rest of backward (PyTorch DDP's way)
+  Off,  ///< after backward, all in order; the optimizer still overlaps the later buckets
+};
+
+/// "auto", "true" or "false".
+const char* overlap_name(BackwardOverlap overlap) noexcept;
+
 struct DDPOptions {
   double bucket_mb = 25.0;       ///< size cap of every bucket but the first (MiB of gradients)
   double first_bucket_mb = 1.0;  ///< the first bucket (the last layers) is small so it starts early
@@ -27,7 +40,11 @@ struct DDPOptions {
   /// (the Trainer does): the reduction then only sums, and no pass over the gradients has to
   /// divide them (MPI and Gloo have no average of their own).
   bool loss_gradient_divided = false;
+  BackwardOverlap overlap_backward = BackwardOverlap::Auto;
 };
+
+/// What `overlap` means on this rank: true where buckets are reduced during backward.
+bool overlaps_backward(BackwardOverlap overlap);
 
 /// A contiguous range of the flat gradient buffer, reduced as one all_reduce.
 struct GradientBucket {
@@ -67,6 +84,8 @@ class DistributedDataParallel final : public DataParallelStrategy {
   void finish_gradient_sync() override;
 
   const std::vector<GradientBucket>& buckets() const noexcept { return buckets_; }
+  /// True where buckets are reduced during backward (DDPOptions::overlap_backward resolved).
+  bool overlaps_backward() const noexcept { return overlap_; }
   const SyncStats& last_sync() const noexcept override { return stats_; }
   /// The bfloat16 staging of the buckets (none for float32 gradients).
   std::size_t working_bytes() const noexcept override;
@@ -92,6 +111,7 @@ class DistributedDataParallel final : public DataParallelStrategy {
   std::size_t ready_ = 0;
   bool sync_ = true;
   bool in_step_ = false;
+  bool overlap_ = true;
   SyncStats stats_;
 };
 
