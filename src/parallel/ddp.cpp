@@ -143,18 +143,23 @@ void DistributedDataParallel::hand_over(std::size_t b) {
   stats_.on_bucket_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
-void DistributedDataParallel::launch(std::size_t b) {
+void DistributedDataParallel::launch(std::size_t b, bool here) {
   launched_[b] = true;
   stats_.ready_at_launch.push_back(ready_);
   const auto& bucket = buckets_[b];
   View1D<float> grads(store_.grads().data() + bucket.offset, bucket.numel);
   // The communicator waits for the kernels that write the gradients before it reads them.
   const auto op = options_.loss_gradient_divided ? comm::ReduceOp::Sum : comm::ReduceOp::Avg;
-  if (options_.grad_dtype == DType::BFloat16) {
-    to_bf16(grads, wire_[b]);
-    work_[b] = comm_.all_reduce_async(wire_[b], op);
+  if (options_.grad_dtype == DType::BFloat16) to_bf16(grads, wire_[b]);
+  if (here) {
+    if (options_.grad_dtype == DType::BFloat16)
+      comm_.all_reduce(wire_[b], op);
+    else
+      comm_.all_reduce(grads, op);
+    work_[b] = {};
   } else {
-    work_[b] = comm_.all_reduce_async(grads, op);
+    work_[b] = options_.grad_dtype == DType::BFloat16 ? comm_.all_reduce_async(wire_[b], op)
+                                                      : comm_.all_reduce_async(grads, op);
   }
 }
 
@@ -170,9 +175,13 @@ void DistributedDataParallel::finish_gradient_sync() {
     for (std::size_t b = 0; b < buckets_.size(); ++b)
       if (!handed_[b]) hand_over(b);
   } else {
-    for (std::size_t b = 0; b < buckets_.size(); ++b)
-      if (!launched_[b]) launch(b);  // e.g. parameters unused in this step's graph
+    if (overlap_)
+      for (std::size_t b = 0; b < buckets_.size(); ++b)
+        if (!launched_[b]) launch(b);  // e.g. parameters unused in this step's graph
     for (std::size_t b = 0; b < buckets_.size(); ++b) {
+      // Without overlap, each bucket is reduced here, on this thread, and updated before the
+      // next is reduced: on one core, neither waits for the other's turn.
+      if (!launched_[b]) launch(b, /*here=*/true);
       work_[b].wait();
       const auto& bucket = buckets_[b];
       if (options_.grad_dtype == DType::BFloat16)

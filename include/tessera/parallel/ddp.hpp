@@ -23,8 +23,11 @@ enum class BackwardOverlap {
   /// (Session::cores()): there the progress thread can only take turns with backward on
   /// that core, and the ranks' turns fall out of step (measured slower: docs/strategies.md).
   Auto,
-  On,   ///< as soon as its gradients are ready, during the rest of backward (PyTorch DDP's way)
-  Off,  ///< after backward, all in order; the optimizer still overlaps the later buckets
+  /// As soon as its gradients are ready, during the rest of backward (PyTorch DDP's way).
+  On,
+  /// After backward, one after another on the calling thread, each handed to the optimizer
+  /// (begin_step's callback) before the next is reduced.
+  Off,
 };
 
 /// "auto", "true" or "false".
@@ -93,7 +96,8 @@ class DistributedDataParallel final : public DataParallelStrategy {
  private:
   void on_grad_ready(nn::Parameter& p);
   void on_released(nn::Parameter& p);
-  void launch(std::size_t bucket);
+  /// Starts the bucket's reduction on the progress thread, or runs it on this one (`here`).
+  void launch(std::size_t bucket, bool here = false);
   void hand_over(std::size_t bucket);
 
   nn::ParameterStore& store_;
