@@ -7,7 +7,7 @@
 // constructs are used, so the functions are valid in Kokkos device code too. Accuracy is
 // tested against the double-precision functions in tests/unit/test_nn.cpp.
 
-#include <Kokkos_Core.hpp>
+#include <Kokkos_Macros.hpp>  // KOKKOS_INLINE_FUNCTION, and nothing that emits code
 
 #include <cstdint>
 #include <cstring>

@@ -2,10 +2,12 @@
 #include <tessera/core/error.hpp>
 #include <tessera/nn/layers.hpp>
 
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/fast_math.hpp"
 #include "kernels/gemm.hpp"
+#include "kernels/host_loops.hpp"
 #include "kernels/summing_loop.hpp"
 
 namespace tessera::nn {
@@ -35,6 +37,8 @@ void add_bias(const View2D<float>& y, const View1D<const float>& b) {
         });
   }
 }
+/// Chunks of kernels::kHostLoopChunk elements that cover n.
+std::size_t chunks(std::size_t n) { return (n + kernels::kHostLoopChunk - 1) / kernels::kHostLoopChunk; }
 }  // namespace
 
 Linear::Linear(ParameterStore& store, const std::string& name, std::size_t in, std::size_t out, bool bias)
@@ -162,14 +166,27 @@ View2D<float> GELU::forward(const View2D<const float>& x) {
   ensure_shape(cdf_, x.extent(0), x.extent(1), "tessera::gelu::cdf");
   const auto in = flat(x);
   const auto y = flat(y_);
-  const auto cdf = flat(cdf_);
-  Kokkos::parallel_for(
-      "tessera::gelu", Kokkos::RangePolicy<>(0, in.size()), KOKKOS_LAMBDA(std::size_t k) {
-        const float v = in(k);
-        const float c = kernels::fast_normal_cdf(v);
-        cdf(k) = c;  // kept for backward, which then needs no erf
-        y(k) = v * c;
-      });
+  const auto cdf = flat(cdf_);  // kept for backward, which then needs no erf
+  if constexpr (memory_kind_of_space<DeviceMemorySpace>() == MemoryKind::Host) {
+    // The widest vector loop this CPU runs (kernels/host_loops.hpp), a chunk per call.
+    const auto& loops = kernels::host_loops();
+    const std::size_t n = in.size();
+    const float* px = in.data();
+    float *py = y.data(), *pc = cdf.data();
+    Kokkos::parallel_for("tessera::gelu", Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace>(0, chunks(n)),
+                         [=](std::size_t c) {
+                           const std::size_t at = c * kernels::kHostLoopChunk;
+                           loops.gelu_forward(px + at, py + at, pc + at, std::min(kernels::kHostLoopChunk, n - at));
+                         });
+  } else {
+    Kokkos::parallel_for(
+        "tessera::gelu", Kokkos::RangePolicy<>(0, in.size()), KOKKOS_LAMBDA(std::size_t k) {
+          const float v = in(k);
+          const float c = kernels::fast_normal_cdf(v);
+          cdf(k) = c;
+          y(k) = v * c;
+        });
+  }
   return y_;
 }
 
@@ -184,12 +201,25 @@ View2D<float> GELU::backward(const View2D<const float>& dy) {
   const auto x = flat(x_);
   const auto g = flat(dy);
   const auto cdf = flat(View2D<const float>(cdf_));
-  Kokkos::parallel_for(
-      "tessera::gelu::backward", Kokkos::RangePolicy<>(0, x.size()), KOKKOS_LAMBDA(std::size_t k) {
-        const float v = x(k);
-        const float pdf = 0.39894228040143268f * kernels::fast_exp(-0.5f * v * v);
-        dx(k) = g(k) * (cdf(k) + v * pdf);
-      });
+  if constexpr (memory_kind_of_space<DeviceMemorySpace>() == MemoryKind::Host) {
+    const auto& loops = kernels::host_loops();
+    const std::size_t n = x.size();
+    const float *px = x.data(), *pc = cdf.data(), *pg = g.data();
+    float* pdx = dx.data();
+    Kokkos::parallel_for("tessera::gelu::backward",
+                         Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace>(0, chunks(n)), [=](std::size_t c) {
+                           const std::size_t at = c * kernels::kHostLoopChunk;
+                           loops.gelu_backward(px + at, pc + at, pg + at, pdx + at,
+                                               std::min(kernels::kHostLoopChunk, n - at));
+                         });
+  } else {
+    Kokkos::parallel_for(
+        "tessera::gelu::backward", Kokkos::RangePolicy<>(0, x.size()), KOKKOS_LAMBDA(std::size_t k) {
+          const float v = x(k);
+          const float pdf = 0.39894228040143268f * kernels::fast_exp(-0.5f * v * v);
+          dx(k) = g(k) * (cdf(k) + v * pdf);
+        });
+  }
   return dx_;
 }
 

@@ -6,8 +6,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include <tessera/core/rng.hpp>
@@ -16,6 +20,7 @@
 
 #include "kernels/fast_math.hpp"
 #include "kernels/gemm.hpp"
+#include "kernels/host_loops.hpp"
 #include "test_support.hpp"
 
 namespace {
@@ -209,7 +214,10 @@ TEST(FastMath, NormalCdfIsWithinItsAbsoluteErrorOfTheDoubleFunction) {
 }
 
 TEST(GELU, ForwardIsXTimesTheNormalCdfInDouble) {
-  const std::size_t rows = 37, cols = 129;  // lengths that leave a vector remainder
+  // Lengths that leave a vector remainder, and on the host two chunks of the parallel loop,
+  // the second partial (kernels::kHostLoopChunk).
+  const std::size_t rows = 70, cols = 129;
+  static_assert(70 * 129 > kernels::kHostLoopChunk && 70 * 129 < 2 * kernels::kHostLoopChunk);
   auto x = random_matrix(rows, cols, 11, 6.0f);
   nn::GELU gelu;
   auto y = gelu.forward(x);
@@ -223,6 +231,47 @@ TEST(GELU, ForwardIsXTimesTheNormalCdfInDouble) {
       const double want = v * 0.5 * (1.0 + std::erf(v / std::sqrt(2.0)));
       ASSERT_NEAR(hy(i, j), want, 1e-6 * std::max(1.0, std::fabs(v))) << "at x = " << v;
     }
+}
+
+// Every vector width this CPU runs computes GELU's forward and backward bit for bit as the
+// baseline loop does (replicas on different CPUs stay identical), specials included.
+TEST(HostLoops, EveryInstructionSetGivesTheBaselinesBits) {
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> x = {0.0f,   -0.0f,  inf,   -inf,   std::nanf(""), 1e-40f, -1e-40f, 1e30f,
+                          -1e30f, -87.5f, 88.8f, -13.0f, 13.0f,         0.5f,   -0.5f};
+  std::mt19937 gen(5);
+  std::uniform_real_distribution<float> wide(-12.0f, 12.0f);
+  while (x.size() < 1003) x.push_back(wide(gen));  // not a multiple of any vector width
+  const std::size_t n = x.size();
+  std::vector<float> dy(n);
+  for (auto& g : dy) g = wide(gen);
+  auto run = [&](const kernels::HostLoops& l) {
+    std::vector<float> y(n), cdf(n), dx(n);
+    l.gelu_forward(x.data(), y.data(), cdf.data(), n);
+    l.gelu_backward(x.data(), cdf.data(), dy.data(), dx.data(), n);
+    std::vector<std::uint32_t> bits(3 * n);
+    std::memcpy(bits.data(), y.data(), n * 4);
+    std::memcpy(bits.data() + n, cdf.data(), n * 4);
+    std::memcpy(bits.data() + 2 * n, dx.data(), n * 4);
+    return bits;
+  };
+  const auto available = kernels::host_loops_available();
+  ASSERT_STREQ(available.front()->isa, "baseline");
+  const auto want = run(*available.front());
+  for (const auto* l : available) {
+    const auto got = run(*l);
+    for (std::size_t k = 0; k < got.size(); ++k)
+      ASSERT_EQ(got[k], want[k]) << l->isa << " differs from baseline at output " << k / n << ", x = " << x[k % n];
+  }
+  std::string names;
+  for (const auto* l : available) names += std::string(" ") + l->isa;
+  std::printf("host loops compared:%s; in use: %s\n", names.c_str(), kernels::host_loops().isa);
+  EXPECT_EQ(&kernels::host_loops_named(available.back()->isa), available.back());
+}
+
+TEST(HostLoops, AnInstructionSetThisBuildOrCpuLacksIsAConfigError) {
+  EXPECT_THROW_WITH(kernels::host_loops_named("sse9"), ConfigError,
+                    "TESSERA_HOST_ISA='sse9' is not an instruction set this build and CPU run; use baseline");
 }
 
 TEST(GELU, BackwardRejectsAGradientOfAnotherShape) {

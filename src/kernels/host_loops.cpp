@@ -1,0 +1,52 @@
+#include "kernels/host_loops.hpp"
+
+#include <cstdlib>
+#include <string>
+
+#include <tessera/core/error.hpp>
+
+#include "core/log.hpp"
+
+namespace tessera::kernels {
+
+extern const HostLoops k_baseline_loops;
+#if TESSERA_HOST_X86_ISAS
+extern const HostLoops k_avx2_loops;
+extern const HostLoops k_avx512_loops;
+#endif
+
+std::vector<const HostLoops*> host_loops_available() {
+  std::vector<const HostLoops*> out{&k_baseline_loops};
+#if TESSERA_HOST_X86_ISAS
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx2")) out.push_back(&k_avx2_loops);
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+      __builtin_cpu_supports("avx512bw"))
+    out.push_back(&k_avx512_loops);
+#endif
+  return out;
+}
+
+const HostLoops& host_loops_named(const char* isa) {
+  std::string names;
+  for (const HostLoops* l : host_loops_available()) {
+    if (std::string(l->isa) == isa) return *l;
+    names += std::string(names.empty() ? "" : ", ") + l->isa;
+  }
+  throw ConfigError(std::string("TESSERA_HOST_ISA='") + isa +
+                    "' is not an instruction set this build and CPU run; use " + names);
+}
+
+const HostLoops& host_loops() {
+  static const HostLoops& chosen = []() -> const HostLoops& {
+    const char* isa = std::getenv("TESSERA_HOST_ISA");
+    const HostLoops& loops = isa != nullptr && *isa != '\0' ? host_loops_named(isa) : *host_loops_available().back();
+    tessera::detail::logger().debug(
+        "elementwise host loops: {}{}", loops.isa,
+        isa != nullptr && *isa != '\0' ? " (TESSERA_HOST_ISA)" : " (the widest this CPU runs)");
+    return loops;
+  }();
+  return chosen;
+}
+
+}  // namespace tessera::kernels
