@@ -40,10 +40,10 @@ const HostLoops& host_loops_named(const char* isa) {
 const HostLoops& host_loops() {
   static const HostLoops& chosen = []() -> const HostLoops& {
     const char* isa = std::getenv("TESSERA_HOST_ISA");
-    const HostLoops& loops = isa != nullptr && *isa != '\0' ? host_loops_named(isa) : *host_loops_available().back();
-    tessera::detail::logger().debug(
-        "elementwise host loops: {}{}", loops.isa,
-        isa != nullptr && *isa != '\0' ? " (TESSERA_HOST_ISA)" : " (the widest this CPU runs)");
+    const bool named = isa != nullptr && *isa != '\0';
+    const HostLoops& loops = named ? host_loops_named(isa) : *host_loops_available().back();
+    tessera::detail::logger().debug("elementwise host loops: {}{}", loops.isa,
+                                    named ? " (TESSERA_HOST_ISA)" : " (the widest this CPU runs)");
     return loops;
   }();
   return chosen;

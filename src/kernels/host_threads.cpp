@@ -36,7 +36,7 @@ HostThreads choose() {
   const int online = std::max(1, static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)));
   const int allowed = cores_allowed() > 0 ? cores_allowed() : online;
   const int ranks = Session::active() ? std::max(1, Session::current().local_size()) : 1;
-  h.threads = std::max(1, std::min(allowed, online / ranks));
+  h.threads = Session::active() ? Session::current().cores() : std::max(1, std::min(allowed, online));
   h.reason = std::to_string(online) + " cores / " + std::to_string(ranks) + (ranks == 1 ? " rank" : " ranks") +
              " on this node";
   if (allowed < online) h.reason += ", " + std::to_string(allowed) + " bound to this rank";

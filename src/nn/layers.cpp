@@ -37,8 +37,14 @@ void add_bias(const View2D<float>& y, const View1D<const float>& b) {
         });
   }
 }
-/// Chunks of kernels::kHostLoopChunk elements that cover n.
-std::size_t chunks(std::size_t n) { return (n + kernels::kHostLoopChunk - 1) / kernels::kHostLoopChunk; }
+/// Calls f(offset, count) for chunks of kernels::kHostLoopChunk elements that cover [0, n),
+/// in parallel on the host.
+template <class F>
+void for_each_host_chunk(const char* label, std::size_t n, const F& f) {
+  constexpr std::size_t chunk = kernels::kHostLoopChunk;
+  Kokkos::parallel_for(label, Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace>(0, (n + chunk - 1) / chunk),
+                       [=](std::size_t c) { f(c * chunk, std::min(chunk, n - c * chunk)); });
+}
 }  // namespace
 
 Linear::Linear(ParameterStore& store, const std::string& name, std::size_t in, std::size_t out, bool bias)
@@ -170,14 +176,11 @@ View2D<float> GELU::forward(const View2D<const float>& x) {
   if constexpr (memory_kind_of_space<DeviceMemorySpace>() == MemoryKind::Host) {
     // The widest vector loop this CPU runs (kernels/host_loops.hpp), a chunk per call.
     const auto& loops = kernels::host_loops();
-    const std::size_t n = in.size();
     const float* px = in.data();
     float *py = y.data(), *pc = cdf.data();
-    Kokkos::parallel_for("tessera::gelu", Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace>(0, chunks(n)),
-                         [=](std::size_t c) {
-                           const std::size_t at = c * kernels::kHostLoopChunk;
-                           loops.gelu_forward(px + at, py + at, pc + at, std::min(kernels::kHostLoopChunk, n - at));
-                         });
+    for_each_host_chunk("tessera::gelu", in.size(), [=](std::size_t at, std::size_t count) {
+      loops.gelu_forward(px + at, py + at, pc + at, count);
+    });
   } else {
     Kokkos::parallel_for(
         "tessera::gelu", Kokkos::RangePolicy<>(0, in.size()), KOKKOS_LAMBDA(std::size_t k) {
@@ -203,15 +206,11 @@ View2D<float> GELU::backward(const View2D<const float>& dy) {
   const auto cdf = flat(View2D<const float>(cdf_));
   if constexpr (memory_kind_of_space<DeviceMemorySpace>() == MemoryKind::Host) {
     const auto& loops = kernels::host_loops();
-    const std::size_t n = x.size();
     const float *px = x.data(), *pc = cdf.data(), *pg = g.data();
     float* pdx = dx.data();
-    Kokkos::parallel_for("tessera::gelu::backward",
-                         Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace>(0, chunks(n)), [=](std::size_t c) {
-                           const std::size_t at = c * kernels::kHostLoopChunk;
-                           loops.gelu_backward(px + at, pc + at, pg + at, pdx + at,
-                                               std::min(kernels::kHostLoopChunk, n - at));
-                         });
+    for_each_host_chunk("tessera::gelu::backward", x.size(), [=](std::size_t at, std::size_t count) {
+      loops.gelu_backward(px + at, pc + at, pg + at, pdx + at, count);
+    });
   } else {
     Kokkos::parallel_for(
         "tessera::gelu::backward", Kokkos::RangePolicy<>(0, x.size()), KOKKOS_LAMBDA(std::size_t k) {
