@@ -2,8 +2,13 @@
 # Runs a CUDA build's test suite and apps on a machine with an NVIDIA GPU:
 #
 #   scripts/test-gpu.sh [BUILD_DIR] [ctest arguments...]     (BUILD_DIR default: build-cuda)
+#   scripts/test-gpu.sh --bin DIR --tests LIST [run_test_list.py arguments...]
 #
-# 1. the whole ctest suite: every test on the GPU, the collective tests with host and
+# The second form is for a node that has only the build's executables (in DIR) and this
+# checkout, not the build tree: LIST is written where the build is, with
+# `scripts/run_test_list.py --export LIST build-cuda`, and scripts/run_test_list.py runs it.
+#
+# 1. the whole test suite: every test on the GPU, the collective tests with host and
 #    device buffers on MPI, Gloo and NCCL (NCCL on one rank per GPU; configure with
 #    -DTESSERA_TEST_GPUS=N to run it on N ranks);
 # 2. the apps: tessera-train on one GPU (auto picks NCCL) and on 2 ranks sharing it (auto
@@ -14,9 +19,27 @@
 # Prints a summary and exits non-zero when anything failed.
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-build="${1:-$root/build-cuda}"
-[ $# -gt 0 ] && shift
-build="$(cd "$build" 2>/dev/null && pwd)" || { echo "test-gpu.sh: no build directory '$build'" >&2; exit 2; }
+usage="usage: scripts/test-gpu.sh [BUILD_DIR] [ctest arguments...]
+       scripts/test-gpu.sh --bin DIR --tests LIST [run_test_list.py arguments...]"
+bin="" tests=""
+while [ $# -gt 0 ] && { [ "$1" = --bin ] || [ "$1" = --tests ]; }; do
+  [ $# -ge 2 ] || { echo "test-gpu.sh: $1 needs a value"$'\n'"$usage" >&2; exit 2; }
+  if [ "$1" = --bin ]; then bin=$2; else tests=$2; fi
+  shift 2
+done
+if [ -n "$bin$tests" ]; then
+  [ -n "$bin" ] && [ -n "$tests" ] || { echo "test-gpu.sh: --bin and --tests go together"$'\n'"$usage" >&2; exit 2; }
+  bin="$(cd "$bin" 2>/dev/null && pwd)" || { echo "test-gpu.sh: no folder '$bin' (--bin)" >&2; exit 2; }
+  [ -f "$tests" ] || { echo "test-gpu.sh: no test list '$tests' (--tests); write it where the build is:" \
+    "scripts/run_test_list.py --export $tests build-cuda" >&2; exit 2; }
+  train="$bin/tessera-train" demo="$bin/tessera-collectives" bench="$bin/tessera-bench-train"
+else
+  build="${1:-$root/build-cuda}"
+  [ $# -gt 0 ] && shift
+  build="$(cd "$build" 2>/dev/null && pwd)" || { echo "test-gpu.sh: no build directory '$build'"$'\n'"$usage" >&2; exit 2; }
+  train="$build/apps/tessera-train/tessera-train" demo="$build/apps/tessera-collectives/tessera-collectives"
+  bench="$build/perf/tessera-bench-train"
+fi
 if ! nvidia-smi -L >/dev/null 2>&1; then
   echo "test-gpu.sh: no NVIDIA GPU is visible here (nvidia-smi -L failed); run it on a GPU node" >&2
   exit 2
@@ -34,11 +57,13 @@ step() {  # step NAME COMMAND...: runs it, records a failure
   if "$@"; then echo "=== $name: ok"; else echo "=== $name: FAILED"; failed+=("$name"); fi
 }
 
-step "test suite" ctest --test-dir "$build" --output-on-failure "$@"
-
-train="$build/apps/tessera-train/tessera-train"
-demo="$build/apps/tessera-collectives/tessera-collectives"
 py=$(command -v python3)
+if [ -n "$bin" ]; then
+  step "test suite" "$py" "$root/scripts/run_test_list.py" "$tests" --bin "$bin" "$@"
+else
+  step "test suite" ctest --test-dir "$build" --output-on-failure "$@"
+fi
+
 step "tessera-train, 1 GPU" sh -c "'$train' --train.steps 100 --metrics '$out/gpu_train_1.jsonl' &&
   '$py' '$root/tests/check_train_metrics.py' '$out/gpu_train_1.jsonl' 100 10"
 step "tessera-train, 2 ranks on one GPU" sh -c "${mpirun[*]} -n 2 '$train' --train.steps 30 --metrics '$out/gpu_train_2.jsonl' &&
@@ -47,7 +72,7 @@ step "tessera-collectives, nccl" "$demo" --backend nccl
 step "tessera-collectives, 2 ranks mpi" "${mpirun[@]}" -n 2 "$demo" --backend mpi
 
 if "$py" -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
-  step "Tessera beside PyTorch" "$py" "$root/perf/compare_pytorch_gpu.py" --bench "$build/perf/tessera-bench-train" \
+  step "Tessera beside PyTorch" "$py" "$root/perf/compare_pytorch_gpu.py" --bench "$bench" \
     --json "$out/gpu_vs_pytorch.json"
 else
   echo; echo "=== PyTorch with CUDA is not importable here: perf/compare_pytorch_gpu.py skipped"
