@@ -111,11 +111,14 @@ void Linear::weight_gradients(const View2D<const float>& dy) {
   grad_ready(*weight_);
   if (bias_ != nullptr) {
     // db += dy^T 1: a GEMV through the GEMM path, reading dy row by row.
-    if (ones_.extent(0) != batch) {
-      ones_ = View2D<float>("tessera::linear::ones", batch, 1);
-      Kokkos::deep_copy(ones_, 1.0f);
+    // The ones are kept for the largest batch seen and filled in the default execution
+    // space's queue, ahead of the GEMM that reads them: a plain deep_copy would wait for the
+    // whole device (the optimizer's side queue, reductions in flight) in the first backward.
+    if (ones_.extent(0) < batch) {
+      ones_ = View2D<float>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "tessera::linear::ones"), batch, 1);
+      Kokkos::deep_copy(Kokkos::DefaultExecutionSpace(), ones_, 1.0f);
     }
-    kernels::gemm(Trans::Yes, Trans::No, 1.0f, dy, ones_, bias_->take_grad_beta(),
+    kernels::gemm(Trans::Yes, Trans::No, 1.0f, dy, View2D<const float>(ones_.data(), batch, 1), bias_->take_grad_beta(),
                   View2D<float>(bias_->grad.data(), bias_->numel, 1));
     grad_ready(*bias_);
   }

@@ -328,6 +328,30 @@ TEST(Gradients, ZeroGradIsLazyAndTheNextBackwardWritesInsteadOfAdding) {
   for (float v : host(store.grads())) ASSERT_EQ(v, 0.0f);
 }
 
+// The bias gradient is dy's column sums, whatever the batch, also when a smaller batch follows
+// a larger one (the ones it is summed with are kept for the largest batch seen).
+TEST(Gradients, BiasGradientIsTheColumnSumOfDyForEveryBatchSize) {
+  nn::ParameterStore store;
+  nn::Linear lin(store, "fc", 4, 3);
+  store.initialize(3);
+  unsigned seed = 10;
+  for (std::size_t batch : {6u, 2u, 9u, 1u}) {
+    auto x = random_matrix(batch, 4, seed++), dy = random_matrix(batch, 3, seed++);
+    store.zero_grad();
+    lin.forward(x);
+    lin.backward(dy);
+    store.settle_grads();
+    const auto grads = host(store.grads());
+    const auto hdy = host_copy(dy);
+    const nn::Parameter& bias = *lin.bias();
+    for (std::size_t j = 0; j < 3; ++j) {
+      double sum = 0;
+      for (std::size_t i = 0; i < batch; ++i) sum += hdy(i, j);
+      EXPECT_NEAR(grads[bias.offset + j], sum, 1e-5 * (1 + std::fabs(sum))) << "batch " << batch << ", column " << j;
+    }
+  }
+}
+
 TEST(Gradients, TheInputGradientCanBeSwitchedOffWithoutChangingTheOthers) {
   nn::ParameterStore a, b;
   nn::MLP with(a, 3, 4), without(b, 3, 4);
