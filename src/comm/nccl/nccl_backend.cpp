@@ -7,7 +7,10 @@
 #include <tessera/core/session.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -111,31 +114,86 @@ ncclRedOp_t nccl_op(ReduceOp op) {
   return ncclSum;
 }
 
+/// The NCCL communicator as every thread that uses it sees it. The thread that meets a
+/// failure aborts it (ncclCommAbort frees it) while the progress and transfer threads may be
+/// polling it: a poll and the abort take turns on the mutex, and after the abort a poll never
+/// touches the freed communicator. An op's event may still fire after an abort (its kernel was
+/// stopped, not finished), so a fired event counts only while the communicator is not aborted.
+struct NcclComm {
+  std::mutex mutex;
+  ncclComm_t comm = nullptr;
+  std::atomic<bool> aborted{false};
+
+  [[noreturn]] static void throw_aborted(const char* what) {
+    throw CommError(std::string("NCCL communicator aborted after a failure on another thread (") + what + ")");
+  }
+  /// The communicator to issue an op on; throws once it was aborted.
+  ncclComm_t get(const char* what) {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (aborted.load()) throw_aborted(what);
+    return comm;
+  }
+  void check_async(const char* what) {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (aborted.load()) throw_aborted(what);
+    ncclResult_t async = ncclSuccess;
+    TESSERA_CHECK_NCCL(ncclCommGetAsyncError(comm, &async));
+    TESSERA_CHECK_NCCL(async);
+  }
+  void abort() noexcept {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (aborted.exchange(true) || comm == nullptr) return;
+    ncclCommAbort(comm);
+    comm = nullptr;
+  }
+};
+
 /// Polls an event until it fires; checks the communicator for asynchronous errors meanwhile.
-void wait_event(cudaEvent_t event, ncclComm_t comm, const Deadline& deadline, const char* what) {
+void wait_event(cudaEvent_t event, NcclComm& comm, const Deadline& deadline, const char* what) {
   for (std::uint64_t spins = 0;; ++spins) {
     const cudaError_t rc = cudaEventQuery(event);
-    if (rc == cudaSuccess) return;
+    if (rc == cudaSuccess) {
+      if (comm.aborted.load()) NcclComm::throw_aborted(what);
+      return;
+    }
     if (rc != cudaErrorNotReady) TESSERA_CHECK_CUDA(rc);
     if ((spins & 255) == 0) {
-      ncclResult_t async = ncclSuccess;
-      TESSERA_CHECK_NCCL(ncclCommGetAsyncError(comm, &async));
-      TESSERA_CHECK_NCCL(async);
+      comm.check_async(what);
       if (deadline.expired()) throw DeadlineExceeded{what};
       std::this_thread::yield();
     }
   }
 }
 
+/// ncclGroupStart ... ncclGroupEnd, the group closed also when an error is thrown inside it
+/// (an open group would hold back every later NCCL call of this thread).
+class NcclGroup {
+ public:
+  NcclGroup() { TESSERA_CHECK_NCCL(ncclGroupStart()); }
+  NcclGroup(const NcclGroup&) = delete;
+  NcclGroup& operator=(const NcclGroup&) = delete;
+  void end() {
+    open_ = false;
+    TESSERA_CHECK_NCCL(ncclGroupEnd());
+  }
+  ~NcclGroup() {
+    if (open_) ncclGroupEnd();
+  }
+
+ private:
+  bool open_ = true;
+};
+
 struct NcclTransfer final : PendingTransfer {
   cudaEvent_t event = nullptr;
-  ncclComm_t comm = nullptr;
+  std::shared_ptr<NcclComm> comm;
   const char* what = "";
-  void wait(const Deadline& deadline) override { wait_event(event, comm, deadline, what); }
+  void wait(const Deadline& deadline) override { wait_event(event, *comm, deadline, what); }
   bool test() override {
     const cudaError_t rc = cudaEventQuery(event);
     if (rc == cudaErrorNotReady) return false;
     TESSERA_CHECK_CUDA(rc);
+    if (comm->aborted.load()) NcclComm::throw_aborted(what);
     return true;
   }
   ~NcclTransfer() override {
@@ -170,7 +228,7 @@ class NcclBackend final : public Backend {
       ncclUniqueId id;
       if (rank_ == 0) TESSERA_CHECK_NCCL(ncclGetUniqueId(&id));
       TESSERA_CHECK_MPI(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, group_));
-      TESSERA_CHECK_NCCL(ncclCommInitRank(&nccl_, size_, id, rank_));
+      TESSERA_CHECK_NCCL(ncclCommInitRank(&nccl_->comm, size_, id, rank_));
       TESSERA_CHECK_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
       TESSERA_CHECK_CUDA(cudaStreamCreateWithFlags(&send_stream_, cudaStreamNonBlocking));
       TESSERA_CHECK_CUDA(cudaStreamCreateWithFlags(&recv_stream_, cudaStreamNonBlocking));
@@ -191,9 +249,10 @@ class NcclBackend final : public Backend {
   std::unique_ptr<Backend> make_child(MPI_Comm group, const CommOptions& options) override {
     return std::make_unique<NcclBackend>(group, options);
   }
-  NcclHandles handles() const { return {nccl_, stream_}; }
+  NcclHandles handles() const { return {nccl_->comm, stream_}; }
 
   void execute(const Op& op, const Deadline& deadline) override {
+    const ncclComm_t comm = nccl_->get("before an NCCL collective");
     const ncclDataType_t t = nccl_type(op.dtype);
     const std::size_t n = op.count, bytes = n * dtype_size(op.dtype);
     char* send = static_cast<char*>(op.send.data);
@@ -201,23 +260,23 @@ class NcclBackend final : public Backend {
     const bool root = rank_ == op.root;
     switch (op.type) {
       case OpType::Broadcast:
-        TESSERA_CHECK_NCCL(ncclBroadcast(recv, recv, n, t, op.root, nccl_, stream_));
+        TESSERA_CHECK_NCCL(ncclBroadcast(recv, recv, n, t, op.root, comm, stream_));
         break;
       case OpType::AllReduce:
-        TESSERA_CHECK_NCCL(ncclAllReduce(send, recv, n, t, nccl_op(op.reduce), nccl_, stream_));
+        TESSERA_CHECK_NCCL(ncclAllReduce(send, recv, n, t, nccl_op(op.reduce), comm, stream_));
         break;
       case OpType::Reduce:
         // Only the root's output is written; other ranks pass their input in its place.
-        TESSERA_CHECK_NCCL(ncclReduce(send, root ? recv : send, n, t, nccl_op(op.reduce), op.root, nccl_, stream_));
+        TESSERA_CHECK_NCCL(ncclReduce(send, root ? recv : send, n, t, nccl_op(op.reduce), op.root, comm, stream_));
         break;
       case OpType::AllGather:
-        TESSERA_CHECK_NCCL(ncclAllGather(send, recv, n, t, nccl_, stream_));
+        TESSERA_CHECK_NCCL(ncclAllGather(send, recv, n, t, comm, stream_));
         break;
       case OpType::ReduceScatter:
-        TESSERA_CHECK_NCCL(ncclReduceScatter(send, recv, n, t, nccl_op(op.reduce), nccl_, stream_));
+        TESSERA_CHECK_NCCL(ncclReduceScatter(send, recv, n, t, nccl_op(op.reduce), comm, stream_));
         break;
-      case OpType::Gather:
-        TESSERA_CHECK_NCCL(ncclGroupStart());
+      case OpType::Gather: {
+        NcclGroup group;
         if (root) {
           for (int r = 0; r < size_; ++r) {
             char* slot = recv + static_cast<std::size_t>(r) * bytes;
@@ -225,16 +284,16 @@ class NcclBackend final : public Backend {
               if (slot != send)
                 TESSERA_CHECK_CUDA(cudaMemcpyAsync(slot, send, bytes, cudaMemcpyDeviceToDevice, stream_));
             } else {
-              TESSERA_CHECK_NCCL(ncclRecv(slot, n, t, r, nccl_, stream_));
+              TESSERA_CHECK_NCCL(ncclRecv(slot, n, t, r, comm, stream_));
             }
           }
         } else {
-          TESSERA_CHECK_NCCL(ncclSend(send, n, t, op.root, nccl_, stream_));
+          TESSERA_CHECK_NCCL(ncclSend(send, n, t, op.root, comm, stream_));
         }
-        TESSERA_CHECK_NCCL(ncclGroupEnd());
-        break;
-      case OpType::Scatter:
-        TESSERA_CHECK_NCCL(ncclGroupStart());
+        group.end();
+      } break;
+      case OpType::Scatter: {
+        NcclGroup group;
         if (root) {
           for (int r = 0; r < size_; ++r) {
             char* slot = send + static_cast<std::size_t>(r) * bytes;
@@ -242,25 +301,25 @@ class NcclBackend final : public Backend {
               if (slot != recv)
                 TESSERA_CHECK_CUDA(cudaMemcpyAsync(recv, slot, bytes, cudaMemcpyDeviceToDevice, stream_));
             } else {
-              TESSERA_CHECK_NCCL(ncclSend(slot, n, t, r, nccl_, stream_));
+              TESSERA_CHECK_NCCL(ncclSend(slot, n, t, r, comm, stream_));
             }
           }
         } else {
-          TESSERA_CHECK_NCCL(ncclRecv(recv, n, t, op.root, nccl_, stream_));
+          TESSERA_CHECK_NCCL(ncclRecv(recv, n, t, op.root, comm, stream_));
         }
-        TESSERA_CHECK_NCCL(ncclGroupEnd());
-        break;
-      case OpType::AllToAll:
-        TESSERA_CHECK_NCCL(ncclGroupStart());
+        group.end();
+      } break;
+      case OpType::AllToAll: {
+        NcclGroup group;
         for (int r = 0; r < size_; ++r) {
           const std::size_t off = static_cast<std::size_t>(r) * bytes;
-          TESSERA_CHECK_NCCL(ncclSend(send + off, n, t, r, nccl_, stream_));
-          TESSERA_CHECK_NCCL(ncclRecv(recv + off, n, t, r, nccl_, stream_));
+          TESSERA_CHECK_NCCL(ncclSend(send + off, n, t, r, comm, stream_));
+          TESSERA_CHECK_NCCL(ncclRecv(recv + off, n, t, r, comm, stream_));
         }
-        TESSERA_CHECK_NCCL(ncclGroupEnd());
-        break;
+        group.end();
+      } break;
       case OpType::Barrier:
-        TESSERA_CHECK_NCCL(ncclAllReduce(token_, token_, 1, ncclFloat32, ncclSum, nccl_, stream_));
+        TESSERA_CHECK_NCCL(ncclAllReduce(token_, token_, 1, ncclFloat32, ncclSum, comm, stream_));
         break;
       case OpType::Send:
       case OpType::Recv:
@@ -268,10 +327,11 @@ class NcclBackend final : public Backend {
         throw CommError(std::string(op_name(op.type)) + " is not executed by a backend");
     }
     TESSERA_CHECK_CUDA(cudaEventRecord(done_, stream_));
-    wait_event(done_, nccl_, deadline, "waiting for the NCCL kernel");
+    wait_event(done_, *nccl_, deadline, "waiting for the NCCL kernel");
   }
 
   std::unique_ptr<PendingTransfer> post(const Op& op, const Deadline&) override {
+    const ncclComm_t comm = nccl_->get(op.type == OpType::Send ? "before ncclSend" : "before ncclRecv");
     auto pending = std::make_unique<NcclTransfer>();
     pending->comm = nccl_;
     TESSERA_CHECK_CUDA(cudaEventCreateWithFlags(&pending->event, cudaEventDisableTiming));
@@ -280,27 +340,25 @@ class NcclBackend final : public Backend {
     // for its receive: callers post matching orders (docs/communication.md).
     if (op.type == OpType::Send) {
       pending->what = "in ncclSend, waiting for the receiver";
-      TESSERA_CHECK_NCCL(ncclSend(op.send.data, op.count, nccl_type(op.dtype), op.peer, nccl_, send_stream_));
+      TESSERA_CHECK_NCCL(ncclSend(op.send.data, op.count, nccl_type(op.dtype), op.peer, comm, send_stream_));
       TESSERA_CHECK_CUDA(cudaEventRecord(pending->event, send_stream_));
     } else {
       pending->what = "in ncclRecv, waiting for the sender";
-      TESSERA_CHECK_NCCL(ncclRecv(op.recv.data, op.count, nccl_type(op.dtype), op.peer, nccl_, recv_stream_));
+      TESSERA_CHECK_NCCL(ncclRecv(op.recv.data, op.count, nccl_type(op.dtype), op.peer, comm, recv_stream_));
       TESSERA_CHECK_CUDA(cudaEventRecord(pending->event, recv_stream_));
     }
     return pending;
   }
 
-  void abort() noexcept override {
-    if (nccl_ != nullptr) {
-      ncclCommAbort(nccl_);
-      nccl_ = nullptr;
-    }
-  }
+  void abort() noexcept override { nccl_->abort(); }
 
  private:
   void release() noexcept {
-    if (nccl_ != nullptr) ncclCommDestroy(nccl_);
-    nccl_ = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(nccl_->mutex);
+      if (nccl_->comm != nullptr) ncclCommDestroy(nccl_->comm);
+      nccl_->comm = nullptr;
+    }
     if (token_ != nullptr) cudaFree(token_);
     if (done_ != nullptr) cudaEventDestroy(done_);
     for (cudaStream_t s : {stream_, send_stream_, recv_stream_})
@@ -313,7 +371,7 @@ class NcclBackend final : public Backend {
   MPI_Comm group_ = MPI_COMM_NULL;
   int rank_ = 0;
   int size_ = 1;
-  ncclComm_t nccl_ = nullptr;
+  std::shared_ptr<NcclComm> nccl_ = std::make_shared<NcclComm>();
   cudaStream_t stream_ = nullptr, send_stream_ = nullptr, recv_stream_ = nullptr;
   cudaEvent_t done_ = nullptr;
   void* token_ = nullptr;
