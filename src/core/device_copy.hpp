@@ -21,6 +21,8 @@ std::pair<double, int> device_free_bytes() noexcept;
 /// whatever CUDA_VISIBLE_DEVICES numbers it. Empty without CUDA or when it cannot be asked.
 std::string device_pci_bus_id(int device) noexcept;
 /// Copies `bytes` from `src` (in memory `from`) to `dst` (in memory `to`); returns when done.
+/// The copy waits for no kernel: whatever wrote `src` must have been waited for (a device
+/// buffer an op reads is, in Communicator::submit).
 void copy_bytes(void* dst, MemoryKind to, const void* src, MemoryKind from, std::size_t bytes);
 
 /// The other kind of memory.

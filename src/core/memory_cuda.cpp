@@ -49,6 +49,22 @@ std::pair<double, int> device_free_bytes() noexcept {
   return {static_cast<double>(free), devices};
 }
 
+namespace {
+/// A stream that waits for no other: staging copies run beside the kernels queued on Kokkos'
+/// default stream (a blocking stream, which a copy on the legacy default stream would wait
+/// for, and which would wait for the copy: a bucket staged for MPI during backward would
+/// stall backward and wait for all of it). Whoever wrote a device source has been waited for
+/// already (Communicator::submit fences the default execution space before an op reads it).
+cudaStream_t copy_stream() {
+  static cudaStream_t stream = [] {
+    cudaStream_t s = nullptr;
+    TESSERA_CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    return s;
+  }();
+  return stream;
+}
+}  // namespace
+
 void copy_bytes(void* dst, MemoryKind to, const void* src, MemoryKind from, std::size_t bytes) {
   if (bytes == 0) return;
   if (to == MemoryKind::Host && from == MemoryKind::Host) {
@@ -58,10 +74,10 @@ void copy_bytes(void* dst, MemoryKind to, const void* src, MemoryKind from, std:
   const cudaMemcpyKind kind = to == MemoryKind::Host     ? cudaMemcpyDeviceToHost
                               : from == MemoryKind::Host ? cudaMemcpyHostToDevice
                                                          : cudaMemcpyDeviceToDevice;
-  TESSERA_CHECK_CUDA(cudaMemcpy(dst, src, bytes, kind));
-  // cudaMemcpy may return before a copy into device memory has landed (from pageable host
-  // memory, or device to device), and NCCL's streams are not ordered after it: wait for it.
-  if (to == MemoryKind::Device) TESSERA_CHECK_CUDA(cudaStreamSynchronize(cudaStreamLegacy));
+  // Complete when this returns, in either direction: the host reads what came back, and
+  // NCCL's streams and Kokkos' are not ordered after this stream.
+  TESSERA_CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, kind, copy_stream()));
+  TESSERA_CHECK_CUDA(cudaStreamSynchronize(copy_stream()));
 }
 
 namespace {
