@@ -13,9 +13,10 @@ On the node, with the executables in BIN and this checkout as the sources:
 
 Every path of the list that lies in the old build tree is replaced: an executable by the one
 of that name in BIN, a working directory by a folder under --work (created), and the old
-source tree by this checkout; the old `mpiexec` by the first one on PATH (or --mpiexec), and any program named by --map. A test
-that needs the build tree itself (e.g. installing from it) is reported as not run, with the
-path it needed. The test properties that decide an outcome are honoured as ctest does
+source tree by this checkout. The old `mpiexec` becomes the first one on PATH (or --mpiexec),
+a program named by --map its replacement, and a program this node lacks (/usr/bin/cmake) the
+one of that name on PATH. A test that needs the build tree itself (e.g. installing from it)
+is reported as not run, with the path it needed. The test properties that decide an outcome are honoured as ctest does
 (ENVIRONMENT, TIMEOUT, WORKING_DIRECTORY, PASS/FAIL/SKIP_REGULAR_EXPRESSION, WILL_FAIL,
 SKIP_RETURN_CODE, DISABLED, PROCESSORS, RUN_SERIAL). Exits 1 when a test failed, 2 on bad input.
 """
@@ -97,6 +98,8 @@ class Remapper:
         self.mpiexec = mpiexec
         self.kinds = doc.get("build_paths", {})
         self.maps = maps
+        self.programs = {}
+        self.lock = threading.Lock()
         # A path in the old build tree: up to a character that cannot be part of it.
         self.in_build = re.compile(re.escape(self.build) + r"(/[^\s'\";:,=)]*)?")
 
@@ -122,6 +125,19 @@ class Remapper:
             text = re.sub(re.escape(self.source) + r"(?=/|$|[\s'\";:,=)])", lambda _: self.new_source, text)
         return text
 
+    def program(self, arg):
+        """An absolute path this node lacks (a tool of the build machine, e.g. /usr/bin/cmake)
+        becomes the program of that name on PATH, when there is one."""
+        if not arg.startswith("/") or os.path.exists(arg) or any(c.isspace() for c in arg):
+            return arg
+        with self.lock:
+            if arg not in self.programs:
+                found = shutil.which(os.path.basename(arg)) or arg
+                self.programs[arg] = found
+                if found != arg:
+                    print(f"run_test_list.py: {arg} is not on this node; using {found}", flush=True)
+            return self.programs[arg]
+
     def work_dir(self, old):
         if old.startswith(self.build):
             return os.path.join(self.work, os.path.relpath(old, self.build))
@@ -145,7 +161,7 @@ class Result:
 
 def run_one(test, props, remap, default_timeout):
     missing = []
-    command = [remap.path(a, missing) for a in test["command"]]
+    command = [remap.program(remap.path(a, missing)) for a in test["command"]]
     env = dict(os.environ)
     for item in as_list(props.get("ENVIRONMENT", [])):
         key, _, value = item.partition("=")

@@ -88,6 +88,7 @@ with tempfile.TemporaryDirectory() as tmp:
                  ENVIRONMENT=["X=7"], WORKING_DIRECTORY=fake_build + "/tests/here"),
             test("gone", [fake_build + "/tests/gone"]),
             test("mapped", ["/nonexistent/bin/sh", "-c", "exit 0"]),
+            test("from_path", ["/nonexistent/usr/bin/true"]),
         ],
     }
     with open(os.path.join(tmp, "made-up.json"), "w") as f:
@@ -98,7 +99,8 @@ with tempfile.TemporaryDirectory() as tmp:
     got = outcomes(os.path.join(tmp, "made-up-out.json"))
     expected = {"exit_0": "passed", "exit_3": "failed", "pass_regex_hit": "passed", "pass_regex_miss": "failed",
                 "fail_regex": "failed", "skip_regex": "skipped", "will_fail": "passed", "timeout": "failed",
-                "env_and_dir": "passed", "gone": "not run", "mapped": "passed"}
+                "env_and_dir": "passed", "gone": "not run", "mapped": "passed",
+                "from_path": "passed"}
     for name, status in expected.items():
         check(got.get(name, {}).get("status") == status, f"{name}: expected {status}, got {got.get(name)}")
     check("timed out" in got.get("timeout", {}).get("why", ""), f"timeout's reason: {got.get('timeout')}")
