@@ -24,6 +24,7 @@ import argparse
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -159,16 +160,23 @@ class Result:
         self.name, self.status, self.seconds, self.output, self.why = name, status, seconds, output, why
 
 
-def run_one(test, props, remap, default_timeout):
+def prepare(test, props, remap):
+    """The test's command, environment settings and working folder on this node, and the paths
+    of the build tree it needs that this node lacks."""
     missing = []
     command = [remap.program(remap.path(a, missing)) for a in test["command"]]
-    env = dict(os.environ)
+    settings = {}
     for item in as_list(props.get("ENVIRONMENT", [])):
         key, _, value = item.partition("=")
-        env[key] = remap.path(value, missing)
+        settings[key] = remap.path(value, missing)
+    return command, settings, remap.work_dir(props.get("WORKING_DIRECTORY", remap.work)), sorted(set(missing))
+
+
+def run_one(test, props, remap, default_timeout):
+    command, settings, cwd, missing = prepare(test, props, remap)
     if missing:
-        return Result(test["name"], "not run", why="needs the build tree: " + ", ".join(sorted(set(missing))))
-    cwd = remap.work_dir(props.get("WORKING_DIRECTORY", remap.work))
+        return Result(test["name"], "not run", why="needs the build tree: " + ", ".join(missing))
+    env = dict(os.environ, **settings)
     os.makedirs(cwd, exist_ok=True)
     timeout = float(props.get("TIMEOUT", default_timeout)) or None
     start = time.monotonic()
@@ -225,6 +233,8 @@ def main():
     ap.add_argument("--timeout", type=float, default=1500, help="seconds for a test without TIMEOUT (1500)")
     ap.add_argument("--json", metavar="OUT", help="also write every test's outcome, time and output here")
     ap.add_argument("-q", "--quiet", action="store_true", help="print only failures and the summary")
+    ap.add_argument("-N", "--show-only", action="store_true",
+                    help="print each test's command as it would run here, and run nothing")
     args = ap.parse_args()
 
     if args.export:
@@ -252,7 +262,8 @@ def main():
         if not sep or not old or not new:
             fail(f"--map '{item}': write it as OLD=NEW, e.g. --map /usr/bin/python3=python3")
         maps.append((old, new))
-    work = args.work or tempfile.mkdtemp(prefix="tessera-tests-")
+    work = args.work or (os.path.join(tempfile.gettempdir(), "tessera-tests-XXXXXX") if args.show_only
+                         else tempfile.mkdtemp(prefix="tessera-tests-"))
     remap = Remapper(doc, os.path.realpath(args.bin), os.path.realpath(args.source), os.path.realpath(work), mpiexec, maps)
 
     tests = []
@@ -264,6 +275,16 @@ def main():
         tests.append(t)
     if not tests:
         fail("no test matches -R/-E")
+    if args.show_only:
+        unrunnable = 0
+        for t in tests:
+            command, settings, cwd, missing = prepare(t, properties(t), remap)
+            unrunnable += bool(missing)
+            print(f"{t['name']}: " + (f"not run, needs the build tree: {', '.join(missing)}" if missing else
+                                      " ".join(f"{k}={v}" for k, v in settings.items()) + " " +
+                                      " ".join(shlex.quote(a) for a in command) + f"  (in {cwd})"))
+        print(f"\n{len(tests)} tests, {len(tests) - unrunnable} can run here")
+        return 0
     width = max(len(t["name"]) for t in tests)
     results = [None] * len(tests)
     lock = threading.Condition()

@@ -66,6 +66,11 @@ with tempfile.TemporaryDirectory() as tmp:
           f"install_and_consume needs the build tree and should be 'not run': {install}")
     check("not run: install_and_consume" in out, f"the summary does not list the test not run:\n{out}")
 
+    # -N shows the moved commands and runs nothing.
+    rc, out = run(os.path.join(tmp, "moved.json"), "--bin", bin_dir, "-N", "-R", "^unit_core$")
+    check(rc == 0 and os.path.join(bin_dir, "unit_core") in out and "1 tests, 1 can run here" in out,
+          f"-N: exit {rc}:\n{out}")
+
     # 2. Each outcome, on a made-up list.
     def test(name, command, **props):
         return {"name": name, "command": command,
