@@ -222,7 +222,8 @@ def main():
     ap.add_argument("--bin", help="the folder that holds the build's executables")
     ap.add_argument("--source", default=os.path.dirname(os.path.dirname(os.path.realpath(__file__))),
                     help="the checkout that replaces the old source tree (default: this one)")
-    ap.add_argument("--work", help="where the tests' working folders are made (default: a new temporary one)")
+    ap.add_argument("--work", help="where the tests' working folders are made (default: a new temporary one, "
+                    "removed unless a test failed)")
     ap.add_argument("--mpiexec", help="the launcher that replaces the old one (default: mpiexec on PATH)")
     ap.add_argument("--map", action="append", default=[], metavar="OLD=NEW",
                     help="also replace the program OLD by NEW (e.g. /usr/bin/python3=python3); repeatable")
@@ -331,6 +332,12 @@ def main():
     if args.json:
         with open(args.json, "w") as f:
             json.dump([vars(r) for r in results], f, indent=1)
+    if not args.work:
+        # A folder of our own: kept only when a failure may need its files.
+        if counts["failed"]:
+            print(f"the failed tests' files are in {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
     return 1 if counts["failed"] else 0
 
 

@@ -12,6 +12,7 @@ build tree is not.
 """
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -26,8 +27,9 @@ def check(condition, message):
         errors.append(message)
 
 
-def run(*args):
-    proc = subprocess.run([sys.executable, runner, *args], capture_output=True, text=True)
+def run(*args, tmpdir=None):
+    env = dict(os.environ, TMPDIR=tmpdir) if tmpdir else None
+    proc = subprocess.run([sys.executable, runner, *args], capture_output=True, text=True, env=env)
     return proc.returncode, proc.stdout + proc.stderr
 
 
@@ -109,6 +111,15 @@ with tempfile.TemporaryDirectory() as tmp:
     for name, status in expected.items():
         check(got.get(name, {}).get("status") == status, f"{name}: expected {status}, got {got.get(name)}")
     check("timed out" in got.get("timeout", {}).get("why", ""), f"timeout's reason: {got.get('timeout')}")
+    kept = [line.split(" are in ", 1)[1] for line in out.splitlines() if line.startswith("the failed tests' files are in ")]
+    check(len(kept) == 1 and os.path.isdir(os.path.join(kept[0], "tests", "here")),
+          f"after failures the temporary working folder should be kept and named:\n{out}")
+    if kept:
+        shutil.rmtree(kept[0], ignore_errors=True)
+    own_tmp = os.path.join(tmp, "own-tmp")
+    os.mkdir(own_tmp)
+    rc, out = run(os.path.join(tmp, "made-up.json"), "--bin", bin_dir, "-R", "^env_and_dir$", tmpdir=own_tmp)
+    check(rc == 0 and not os.listdir(own_tmp), f"a passing run keeps no folder: exit {rc}, left {os.listdir(own_tmp)}")
     check(got.get("timeout", {}).get("seconds", 99) < 10, "the timed-out test was not stopped at its TIMEOUT")
 
     # 3. Bad input is refused with a message, not a traceback.
