@@ -31,12 +31,22 @@ struct SummingChunks {
   std::size_t begin, end;
   std::size_t chunks() const { return end > begin ? (end - begin + chunk - 1) / chunk : 0; }
   KOKKOS_INLINE_FUNCTION void operator()(std::size_t c, double& acc) const {
-    const std::size_t lo = begin + c * chunk;
-    const std::size_t hi = end - lo < chunk ? end : lo + chunk;
-    double tessera_sum = 0.0;
-    TESSERA_SIMD_SUM
-    for (std::size_t i = lo; i < hi; ++i) tessera_sum += static_cast<double>(f(i));
-    acc += tessera_sum;
+    if constexpr (chunk == 1) {
+      if (begin + c < end) acc += static_cast<double>(f(begin + c));
+    } else {
+      const std::size_t lo = begin + c * chunk;
+      const std::size_t hi = end - lo < chunk ? end : lo + chunk;
+      // A copy of its own: the loop's stores (through the views' pointers) cannot then change
+      // the views it reads those pointers from. Without it, where the functor is shared by the
+      // threads of a parallel region (Kokkos' OpenMP backend), the compiler must reload them
+      // after every store and runs the loop one element at a time: AdamW over 8.4 M
+      // parameters took 16.1 ms instead of 4.3 on one thread.
+      const F local = f;
+      double tessera_sum = 0.0;
+      TESSERA_SIMD_SUM
+      for (std::size_t i = lo; i < hi; ++i) tessera_sum += static_cast<double>(local(i));
+      acc += tessera_sum;
+    }
   }
 };
 }  // namespace detail
