@@ -112,11 +112,15 @@ int main(int argc, char** argv) {
     if (root && !quiet)
       std::printf(
           "tessera-train: %d rank%s (%s, %s), MLP %zu x %zu (%zu parameters), %s, %s, batch %lld x %lld steps, "
-          "BLAS threads %s per rank (%s)\n",
+          "BLAS threads %s per rank (%s)%s\n",
           comm->size(), comm->size() == 1 ? "" : "s", comm::backend_name(comm->backend()), strategy.c_str(), c.layers,
           c.dim, c.layers * (c.dim * c.dim + c.dim), trainer.dataset().describe().c_str(), c.optimizer.c_str(),
           static_cast<long long>(c.global_batch), static_cast<long long>(c.steps),
-          blas.threads > 0 ? std::to_string(blas.threads).c_str() : "?", blas.reason.c_str());
+          blas.threads > 0 ? std::to_string(blas.threads).c_str() : "?", blas.reason.c_str(),
+          blas.kokkos_threads > 0 ? (", Kokkos " + blas.kokkos_backend + " threads " +
+                                     std::to_string(blas.kokkos_threads) + " per rank")
+                                        .c_str()
+                                  : "");
     double first_loss = 0, last_loss = 0, elapsed = 0;
     const std::int64_t every = std::max<std::int64_t>(1, c.steps / 20);
     auto report = [&](const train::StepMetrics& m) {

@@ -21,12 +21,37 @@
 #include <tessera/core/memory.hpp>
 
 #include "core/device_copy.hpp"
+#include "core/kokkos_start.hpp"
 #include "core/log.hpp"
 #include "core/mpi_check.hpp"
 #include "core/mpi_fence.hpp"
 #include "core/node_share.hpp"
 
 namespace tessera {
+namespace detail {
+bool kokkos_host_is_threaded() noexcept {
+#if defined(KOKKOS_ENABLE_OPENMP) || defined(KOKKOS_ENABLE_THREADS) || defined(KOKKOS_ENABLE_HPX)
+  return true;
+#else
+  return false;
+#endif
+}
+
+std::string kokkos_threads_flag(int argc, const char* const* argv, int cores) {
+  for (const char* var : {"OMP_NUM_THREADS", "KOKKOS_NUM_THREADS"})
+    if (const char* v = std::getenv(var); v != nullptr && *v != '\0') return {};
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg.rfind("--kokkos-num-threads", 0) == 0 || arg.rfind("--kokkos-threads", 0) == 0) return {};
+  }
+#if KOKKOS_VERSION >= 30700
+  return "--kokkos-num-threads=" + std::to_string(std::max(1, cores));
+#else
+  return "--kokkos-threads=" + std::to_string(std::max(1, cores));
+#endif
+}
+}  // namespace detail
+
 namespace {
 std::atomic<Session*> g_session{nullptr};
 MPI_Comm g_control = MPI_COMM_NULL;
@@ -50,6 +75,33 @@ int cores_per_rank_before_mpi() {
   int local = 1;
   if (const char* v = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE"); v != nullptr) local = std::max(1, std::atoi(v));
   return cores_of_rank(local);
+}
+
+/// Starts Kokkos with `args` (Kokkos removes the flags it reads) and, where its host backend
+/// is threaded and the user did not choose, the rank's cores as its thread count, as the BLAS
+/// gets them: left to itself, every rank of a node starts one thread per core of the node.
+/// OMP_PROC_BIND, if unset, is set to false, the OpenMP runtimes' default, which Kokkos
+/// otherwise warns about on every rank; a user who binds threads sets it.
+void start_kokkos(int& argc, char** argv, int cores) {
+#ifdef KOKKOS_ENABLE_OPENMP
+  setenv("OMP_PROC_BIND", "false", 0);
+#endif
+  std::string flag = detail::kokkos_host_is_threaded() ? detail::kokkos_threads_flag(argc, argv, cores) : "";
+  if (flag.empty()) {
+    Kokkos::initialize(argc, argv);
+    return;
+  }
+  // Kokkos reads a copy with the flag added; the caller's arguments lose what it took.
+  std::vector<char*> copy(argv, argv + argc);
+  copy.push_back(flag.data());
+  int n = static_cast<int>(copy.size());
+  copy.push_back(nullptr);
+  Kokkos::initialize(n, copy.data());
+  int kept = 0;
+  for (int i = 0; i < argc; ++i)
+    if (std::find(copy.begin(), copy.begin() + n, argv[i]) != copy.begin() + n) argv[kept++] = argv[i];
+  if (kept < argc) argv[kept] = nullptr;
+  argc = kept;
 }
 
 bool probe_cuda_aware_mpi() {
@@ -164,9 +216,12 @@ void Session::start_runtimes(int* argc, char*** argv) {
 
   if (!Kokkos::is_initialized()) {
     if (argc != nullptr) {
-      Kokkos::initialize(*argc, *argv);
+      start_kokkos(*argc, *argv, cores_);
     } else {
-      Kokkos::initialize();
+      char name[] = "tessera";
+      char* args[] = {name, nullptr};
+      int count = 1;
+      start_kokkos(count, args, cores_);
     }
     owns_kokkos_ = true;
   }

@@ -4,9 +4,13 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <Kokkos_Core.hpp>
+
 #include <algorithm>
 #include <cstdlib>
 #include <mutex>
+
+#include "core/kokkos_start.hpp"
 
 #if TESSERA_HAVE_OPENBLAS_THREADS
 #include <cblas.h>
@@ -23,6 +27,10 @@ int cores_allowed() {
 
 HostThreads choose() {
   HostThreads h;
+  if (detail::kokkos_host_is_threaded() && Kokkos::is_initialized()) {
+    h.kokkos_threads = Kokkos::DefaultHostExecutionSpace().concurrency();
+    h.kokkos_backend = Kokkos::DefaultHostExecutionSpace::name();
+  }
   for (const char* var : {"OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"}) {
     if (const char* v = std::getenv(var); v != nullptr && *v != '\0') {
       h.threads = std::max(1, std::atoi(v));

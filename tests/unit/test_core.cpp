@@ -18,6 +18,7 @@
 
 #include <tessera/tessera.hpp>
 
+#include "core/kokkos_start.hpp"
 #include "test_support.hpp"
 
 namespace {
@@ -163,6 +164,46 @@ TEST(Session, APlainProcessHasEveryCoreItIsBoundTo) {
   ASSERT_EQ(sched_getaffinity(0, sizeof set, &set), 0);
   EXPECT_EQ(Session::current().local_size(), 1);
   EXPECT_EQ(Session::current().cores(), std::min(CPU_COUNT(&set), static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN))));
+}
+
+// Kokkos' own host threads (an OpenMP or Threads build) follow the rank's cores, as the
+// BLAS's do, unless the user chose a count.
+TEST(Session, KokkosGetsTheRanksCoresUnlessTheUserChose) {
+  struct Unset {  // the variables as they were, put back afterwards
+    std::vector<std::pair<std::string, std::string>> saved;
+    Unset() {
+      for (const char* var : {"OMP_NUM_THREADS", "KOKKOS_NUM_THREADS"}) {
+        if (const char* v = std::getenv(var)) saved.emplace_back(var, v);
+        unsetenv(var);
+      }
+    }
+    ~Unset() {
+      for (const char* var : {"OMP_NUM_THREADS", "KOKKOS_NUM_THREADS"}) unsetenv(var);
+      for (const auto& [k, v] : saved) setenv(k.c_str(), v.c_str(), 1);
+    }
+  } unset;
+  const bool started_without_choice = unset.saved.empty();
+#if KOKKOS_VERSION >= 30700
+  const std::string flag = "--kokkos-num-threads=";
+#else
+  const std::string flag = "--kokkos-threads=";
+#endif
+  const char* plain[] = {"app", "--other"};
+  EXPECT_EQ(detail::kokkos_threads_flag(2, plain, 3), flag + "3");
+  EXPECT_EQ(detail::kokkos_threads_flag(2, plain, 0), flag + "1");
+  const char* num_threads[] = {"app", "--kokkos-num-threads=5"};
+  EXPECT_EQ(detail::kokkos_threads_flag(2, num_threads, 3), "");
+  const char* threads[] = {"app", "--kokkos-threads", "2"};
+  EXPECT_EQ(detail::kokkos_threads_flag(3, threads, 3), "");
+  for (const char* var : {"OMP_NUM_THREADS", "KOKKOS_NUM_THREADS"}) {
+    setenv(var, "4", 1);
+    EXPECT_EQ(detail::kokkos_threads_flag(2, plain, 3), "") << var;
+    unsetenv(var);
+  }
+  if (!detail::kokkos_host_is_threaded()) GTEST_SKIP() << "this Kokkos runs host kernels on the calling thread";
+  if (!started_without_choice) GTEST_SKIP() << "OMP_NUM_THREADS or KOKKOS_NUM_THREADS was set for this process";
+  EXPECT_EQ(Kokkos::DefaultHostExecutionSpace().concurrency(), Session::current().cores());
+  EXPECT_EQ(host_threads().kokkos_threads, Session::current().cores());
 }
 
 TEST(Session, SingleRankCommunicatorWorksWithoutMpiexec) {

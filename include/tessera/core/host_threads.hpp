@@ -12,6 +12,11 @@ struct HostThreads {
   int threads = 1;  ///< 0 when Tessera cannot set them (a BLAS other than OpenBLAS)
   /// e.g. "2 cores / 2 ranks on this node", "OPENBLAS_NUM_THREADS=4", "not OpenBLAS: its own default"
   std::string reason;
+  /// Kokkos' host threads on this rank where its host backend is threaded (OpenMP, Threads),
+  /// else 0; Session starts Kokkos with as many as the BLAS gets unless the user chose
+  /// (OMP_NUM_THREADS, KOKKOS_NUM_THREADS, --kokkos-num-threads).
+  int kokkos_threads = 0;
+  std::string kokkos_backend;  ///< e.g. "OpenMP"
 };
 
 /// Applies Tessera's policy on the first call and returns it (later calls return the same).
