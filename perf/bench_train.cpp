@@ -232,11 +232,16 @@ int main(int argc, char** argv) {
     const bool during_backward = ddp_strategy != nullptr && ddp_strategy->overlaps_backward();
     if (session.rank() == 0) {
       std::printf(
-          "# tessera-bench-train: %d ranks (%s, %s), MLP %zu x %zu, global batch %lld, %s%s, grads %s, %d steps\n",
+          "# tessera-bench-train: %d ranks (%s, %s), MLP %zu x %zu, global batch %lld, %s%s, grads %s, %d steps, "
+          "BLAS threads %s per rank%s\n",
           comm->size(), comm::backend_name(comm->backend()), trainer.strategy().name(), c.layers, c.dim,
           static_cast<long long>(c.global_batch), c.optimizer.c_str(),
           c.overlap_optimizer ? " overlapped with communication" : " after communication", dtype_name(c.ddp.grad_dtype),
-          steps);
+          steps, host_threads().threads > 0 ? std::to_string(host_threads().threads).c_str() : "?",
+          host_threads().kokkos_threads > 0
+              ? (", Kokkos " + host_threads().kokkos_backend + " " + std::to_string(host_threads().kokkos_threads))
+                    .c_str()
+              : "");
       std::printf("  median step        %9.2f ms  (%.1f steps/s, %.0f samples/s)\n", med[0] * 1e3, 1 / med[0],
                   static_cast<double>(c.global_batch) / med[0]);
       std::printf("    forward          %9.2f ms  (its GEMMs alone: %.2f ms)\n", med[1] * 1e3, med[7] * 1e3);
@@ -286,7 +291,13 @@ int main(int argc, char** argv) {
               {"mpi", info.mpi_library},
               {"tessera", info.tessera_version},
               {"kokkos", info.kokkos_version},
-              {"kokkos_space", info.kokkos_space}}},
+              {"kokkos_space", info.kokkos_space},
+              // Threads per rank: the BLAS's (0: a BLAS Tessera cannot set) and why, and Kokkos'
+              // own host threads where its host backend is threaded (null: it is not).
+              {"blas_threads", host_threads().threads},
+              {"blas_threads_reason", host_threads().reason},
+              {"kokkos_host_threads", host_threads().kokkos_threads > 0 ? nlohmann::json(host_threads().kokkos_threads)
+                                                                        : nlohmann::json(nullptr)}}},
             {"config",
              {{"layers", c.layers},
               {"dim", c.dim},

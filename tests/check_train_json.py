@@ -1,6 +1,7 @@
 """check_train_json.py FILE [STRATEGY]: a tessera-bench-train JSON file has the documented
 fields, its ratios follow from its medians, and (given) it ran STRATEGY (ddp, zero-1, ...)."""
 import json
+import os
 import sys
 
 d = json.load(open(sys.argv[1]))
@@ -32,5 +33,13 @@ if d["config"]["pp"] > 1:
     assert m["pipeline_idle"] > 0, m
 else:
     assert m["pipeline_idle"] == 0, m
+machine = d["machine"]
+assert isinstance(machine["blas_threads"], int) and 0 <= machine["blas_threads"] <= machine["cores"], machine
+assert machine["blas_threads_reason"], machine
+assert machine["kokkos_host_threads"] is None or 1 <= machine["kokkos_host_threads"] <= machine["cores"], machine
+if not any(v in machine["blas_threads_reason"] for v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "not OpenBLAS")):
+    # Tessera's own choice: the node's cores shared by its ranks (this check runs them on one node).
+    assert machine["blas_threads"] == max(1, min(os.cpu_count(), machine["cores"] // machine["ranks"])) or \
+        "bound to this rank" in machine["blas_threads_reason"], machine
 print(f"ok: {d['config']['strategy']} step {m['step'] * 1e3:.2f} ms, step/GEMMs {d['step_over_gemm']:.2f}, "
       f"model state {b['model_state'] / 2**20:.2f} MiB")
