@@ -64,7 +64,7 @@ def export(out_path, build_dir):
     # What each path into the build tree is, since the node cannot look: an executable (found
     # there by name), a folder a test works in or a file it writes (made there), or something
     # built here that a test reads (the test cannot run there).
-    in_build = re.compile(re.escape(build_dir) + r"(/[^\s'\";:,=)]*)?")
+    in_build = re.compile(re.escape(build_dir) + r"(?:(/[^\s'\";:,=)]*)|(?![\w.-]))")
     build_paths = {}
     for t in tests:
         t.pop("backtrace", None)
@@ -102,7 +102,7 @@ class Remapper:
         self.programs = {}
         self.lock = threading.Lock()
         # A path in the old build tree: up to a character that cannot be part of it.
-        self.in_build = re.compile(re.escape(self.build) + r"(/[^\s'\";:,=)]*)?")
+        self.in_build = re.compile(re.escape(self.build) + r"(?:(/[^\s'\";:,=)]*)|(?![\w.-]))")
 
     def path(self, text, missing):
         """Rewrites every old path in one argument (which may be a whole shell command)."""
@@ -140,9 +140,9 @@ class Remapper:
             return self.programs[arg]
 
     def work_dir(self, old):
-        if old.startswith(self.build):
+        if old == self.build or old.startswith(self.build + "/"):
             return os.path.join(self.work, os.path.relpath(old, self.build))
-        if old.startswith(self.source):
+        if old == self.source or old.startswith(self.source + "/"):
             return self.new_source + old[len(self.source):]
         return old
 
@@ -153,6 +153,23 @@ def properties(test):
 
 def as_list(value):
     return value if isinstance(value, list) else [value]
+
+
+# The tests running now (each in a process group of its own), so that an interrupted run
+# stops them instead of leaving them behind.
+running = set()
+running_lock = threading.Lock()
+stopping = []  # not empty once the run was interrupted: nothing more starts
+
+
+def stop_running():
+    with running_lock:
+        stopping.append(True)
+        for proc in running:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
 
 
 class Result:
@@ -180,11 +197,15 @@ def run_one(test, props, remap, default_timeout):
     os.makedirs(cwd, exist_ok=True)
     timeout = float(props.get("TIMEOUT", default_timeout)) or None
     start = time.monotonic()
-    try:
-        proc = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, start_new_session=True)
-    except OSError as e:
-        return Result(test["name"], "failed", why=f"could not start {command[0]}: {e.strerror}")
+    with running_lock:  # started and recorded at once, so that an interruption stops it
+        if stopping:
+            return Result(test["name"], "not run", why="interrupted")
+        try:
+            proc = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
+        except OSError as e:
+            return Result(test["name"], "failed", why=f"could not start {command[0]}: {e.strerror}")
+        running.add(proc)
     try:
         raw, _ = proc.communicate(timeout=timeout)
         timed_out = False
@@ -192,6 +213,9 @@ def run_one(test, props, remap, default_timeout):
         os.killpg(proc.pid, signal.SIGKILL)
         raw, _ = proc.communicate()
         timed_out = True
+    finally:
+        with running_lock:
+            running.discard(proc)
     seconds = time.monotonic() - start
     output = raw.decode(errors="replace")
     if timed_out:
@@ -307,20 +331,30 @@ def main():
                     print(result.output.rstrip() + "\n", flush=True)
             lock.notify_all()
 
+    def interrupted(signum, _frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupted)
     threads = []
-    for index, test in enumerate(tests):
-        props = properties(test)
-        serial = bool(props.get("RUN_SERIAL"))
-        need = args.parallel if serial else min(int(props.get("PROCESSORS", 1)), args.parallel)
-        with lock:
-            lock.wait_for(lambda: state["free"] >= need and not state["serial"])
-            state["free"] -= need
-            state["serial"] = serial
-        th = threading.Thread(target=worker, args=(index, test, props, need))
-        th.start()
-        threads.append(th)
-    for th in threads:
-        th.join()
+    try:
+        for index, test in enumerate(tests):
+            props = properties(test)
+            serial = bool(props.get("RUN_SERIAL"))
+            need = args.parallel if serial else min(int(props.get("PROCESSORS", 1)), args.parallel)
+            with lock:
+                lock.wait_for(lambda: state["free"] >= need and not state["serial"])
+                state["free"] -= need
+                state["serial"] = serial
+            th = threading.Thread(target=worker, args=(index, test, props, need), daemon=True)
+            th.start()
+            threads.append(th)
+        for th in threads:
+            th.join()
+    except KeyboardInterrupt:
+        stop_running()
+        print(f"\nrun_test_list.py: interrupted; the tests still running were stopped (their files are in {work})",
+              file=sys.stderr, flush=True)
+        return 130
 
     counts = {s: sum(r.status == s for r in results) for s in ("passed", "failed", "skipped", "not run")}
     print(f"\n{len(results)} tests: {counts['passed']} passed, {counts['failed']} failed, "

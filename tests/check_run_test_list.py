@@ -13,9 +13,11 @@ build tree is not.
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 
 root, build = (os.path.realpath(p) for p in sys.argv[1:3])
 runner = os.path.join(root, "scripts", "run_test_list.py")
@@ -121,6 +123,44 @@ with tempfile.TemporaryDirectory() as tmp:
     rc, out = run(os.path.join(tmp, "made-up.json"), "--bin", bin_dir, "-R", "^env_and_dir$", tmpdir=own_tmp)
     check(rc == 0 and not os.listdir(own_tmp), f"a passing run keeps no folder: exit {rc}, left {os.listdir(own_tmp)}")
     check(got.get("timeout", {}).get("seconds", 99) < 10, "the timed-out test was not stopped at its TIMEOUT")
+
+    # A path that only begins like the build folder (build-other beside build) is not in it.
+    sibling = {"kind": "tessera-test-list", "version": 1, "build_dir": fake_build, "source_dir": "/nonexistent/src",
+               "mpiexec": "", "build_paths": {},
+               "tests": [test("sibling", ["sh", "-c", "test \"$0\" = " + fake_build + "-other/x", fake_build + "-other/x"])]}
+    with open(os.path.join(tmp, "sibling.json"), "w") as f:
+        json.dump(sibling, f)
+    rc, out = run(os.path.join(tmp, "sibling.json"), "--bin", bin_dir)
+    check(rc == 0, f"a sibling of the build folder was taken for a path in it: exit {rc}:\n{out}")
+
+    # Interrupted (SIGTERM, as Ctrl-C or a job's end): the tests running are stopped, not left.
+    pid_file = os.path.join(tmp, "sleeper.pid")
+    slow = {"kind": "tessera-test-list", "version": 1, "build_dir": fake_build, "source_dir": "/nonexistent/src",
+            "mpiexec": "", "build_paths": {},
+            "tests": [test("sleeper", ["sh", "-c", f"echo $$ > {pid_file}; exec sleep 60"])]}
+    with open(os.path.join(tmp, "slow.json"), "w") as f:
+        json.dump(slow, f)
+    proc = subprocess.Popen([sys.executable, runner, os.path.join(tmp, "slow.json"), "--bin", bin_dir],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    for _ in range(100):
+        if os.path.exists(pid_file) and open(pid_file).read().strip():
+            break
+        time.sleep(0.05)
+    sleeper = int(open(pid_file).read())
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=20)
+    check(proc.returncode == 130 and "interrupted" in out, f"SIGTERM: exit {proc.returncode}:\n{out}")
+    if "their files are in " in out:
+        shutil.rmtree(out.split("their files are in ", 1)[1].split(")", 1)[0], ignore_errors=True)
+    for _ in range(100):
+        try:
+            os.kill(sleeper, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(sleeper, signal.SIGKILL)
+        errors.append("the test that was running when the run was interrupted was left running")
 
     # 3. Bad input is refused with a message, not a traceback.
     rc, out = run(os.path.join(tmp, "made-up.json"))
