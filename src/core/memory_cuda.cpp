@@ -50,17 +50,28 @@ std::pair<double, int> device_free_bytes() noexcept {
 }
 
 namespace {
-/// A stream that waits for no other: staging copies run beside the kernels queued on Kokkos'
-/// default stream (a blocking stream, which a copy on the legacy default stream would wait
-/// for, and which would wait for the copy: a bucket staged for MPI during backward would
-/// stall backward and wait for all of it). Whoever wrote a device source has been waited for
-/// already (Communicator::submit fences the default execution space before an op reads it).
+/// A stream of the process's own that waits for no other stream (never destroyed).
+cudaStream_t new_independent_stream() {
+  cudaStream_t s = nullptr;
+  TESSERA_CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  return s;
+}
+
+/// Staging copies run beside the kernels queued on Kokkos' default stream (a blocking
+/// stream, which a copy on the legacy default stream would wait for, and which would wait for
+/// the copy: a bucket staged for MPI during backward would stall backward and wait for all of
+/// it). Whoever wrote a device source has been waited for already (Communicator::submit
+/// fences the default execution space before an op reads it).
 cudaStream_t copy_stream() {
-  static cudaStream_t stream = [] {
-    cudaStream_t s = nullptr;
-    TESSERA_CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    return s;
-  }();
+  static const cudaStream_t stream = new_independent_stream();
+  return stream;
+}
+
+/// Device staging is allocated and freed in stream order on a stream of its own: cudaFree
+/// would wait for every kernel on the device, among them NCCL receives that wait for a peer
+/// (a deadlock), and cudaMalloc may too.
+cudaStream_t staging_stream() {
+  static const cudaStream_t stream = new_independent_stream();
   return stream;
 }
 }  // namespace
@@ -79,20 +90,6 @@ void copy_bytes(void* dst, MemoryKind to, const void* src, MemoryKind from, std:
   TESSERA_CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, kind, copy_stream()));
   TESSERA_CHECK_CUDA(cudaStreamSynchronize(copy_stream()));
 }
-
-namespace {
-/// Device staging is allocated and freed in stream order on a stream of its own: cudaFree
-/// would wait for every kernel on the device, among them NCCL receives that wait for a peer
-/// (a deadlock), and cudaMalloc may too.
-cudaStream_t staging_stream() {
-  static cudaStream_t stream = [] {
-    cudaStream_t s = nullptr;
-    TESSERA_CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    return s;
-  }();
-  return stream;
-}
-}  // namespace
 
 void Staging::release() noexcept {
   if (data_ == nullptr) return;
