@@ -4,6 +4,7 @@
 #include <string>
 
 #include <tessera/core/error.hpp>
+#include <tessera/core/memory.hpp>
 
 #include "core/log.hpp"
 
@@ -47,6 +48,17 @@ const HostLoops& host_loops() {
     return loops;
   }();
   return chosen;
+}
+
+void check_host_isa_setting(bool note_unused) {
+  const char* isa = std::getenv("TESSERA_HOST_ISA");
+  if (isa == nullptr || *isa == '\0') return;
+  host_loops();  // throws ConfigError for a name this build or CPU does not run
+  if constexpr (memory_kind_of_space<DeviceMemorySpace>() == MemoryKind::Device) {
+    if (note_unused)
+      tessera::detail::logger().warn(
+          "TESSERA_HOST_ISA='{}' has no effect in this build: its elementwise kernels run on the GPU", isa);
+  }
 }
 
 }  // namespace tessera::kernels

@@ -32,6 +32,12 @@ const HostLoops& host_loops_named(const char* isa);
 /// else the widest available; later calls return the same.
 const HostLoops& host_loops();
 
+/// Reads TESSERA_HOST_ISA now, so that a name this build or CPU does not run stops a run
+/// before its first step (not at its first elementwise loop), in every build. Where the
+/// elementwise kernels run on a GPU the setting has no effect, and `note_unused` says so
+/// in a warning.
+void check_host_isa_setting(bool note_unused);
+
 /// Elements per chunk that a parallel loop hands to one call.
 constexpr std::size_t kHostLoopChunk = 8192;
 

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "kernels/host_loops.hpp"
 #include "kernels/side_queue.hpp"
 
 #include <chrono>
@@ -142,6 +143,7 @@ TrainConfig::MemoryEstimate TrainConfig::estimate_memory(int ranks) const {
 
 Trainer::Trainer(TrainConfig config, comm::Communicator& comm) : config_(std::move(config)), comm_(comm) {
   config_.validate();
+  kernels::check_host_isa_setting(comm.rank() == 0);
   const int model_ranks = config_.tp * config_.pp;  // ranks that hold one replica of the model
   if (comm.size() % model_ranks != 0)
     throw ConfigError(config_.pp == 1
