@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <string>
 
 #include "kernels/summing_loop.hpp"
@@ -32,22 +33,67 @@ void sgd_kernel(const Kokkos::DefaultExecutionSpace& space, std::size_t begin, s
       grad_square);
 }
 
-void adamw_kernel(const Kokkos::DefaultExecutionSpace& space, std::size_t begin, std::size_t end,
-                  const View1D<float>& p, const View1D<const float>& g, const View1D<float>& m, const View1D<float>& v,
-                  float b1, float b2, float eps, float decay, float step_size, float inv_sqrt_c2,
-                  const SumView& grad_square) {
-  kernels::for_each_summing(
-      "tessera::adamw", space, begin, end,
-      KOKKOS_LAMBDA(std::size_t i) {
-        const float gi = g(i);
-        const float mi = b1 * m(i) + (1.0f - b1) * gi;
-        const float vi = b2 * v(i) + (1.0f - b2) * gi * gi;
-        m(i) = mi;
-        v(i) = vi;
-        p(i) = p(i) * decay - step_size * mi / (sqrtf(vi) * inv_sqrt_c2 + eps);
-        return gi * gi;
+/// One element's AdamW update, the same arithmetic on every path; returns g * g.
+struct AdamWRule {
+  float b1, b2, eps, decay, step_size, inv_sqrt_c2;
+  KOKKOS_INLINE_FUNCTION float operator()(float& p, float& m, float& v, float g) const {
+    m = b1 * m + (1.0f - b1) * g;
+    v = b2 * v + (1.0f - b2) * g * g;
+    p = p * decay - step_size * m / (sqrtf(v) * inv_sqrt_c2 + eps);
+    return g * g;
+  }
+};
+
+#ifdef KOKKOS_ENABLE_CUDA
+bool aligned16(const void* ptr) { return reinterpret_cast<std::uintptr_t>(ptr) % 16 == 0; }
+
+/// On a GPU: each thread updates four consecutive elements, reading and writing each array
+/// as one 16-byte float4 (the update is memory-bound: 28 bytes per parameter). Elements
+/// before the first 16-byte boundary and after the last whole quad are updated one per
+/// thread. Needs the four arrays 16-byte aligned.
+void adamw_quads(const Kokkos::DefaultExecutionSpace& space, std::size_t begin, std::size_t end, float* p,
+                 const float* g, float* m, float* v, AdamWRule rule, const SumView& grad_square) {
+  const std::size_t a = std::min(end, (begin + 3) / 4 * 4);  // the first quad's first element
+  const std::size_t quads = (end - a) / 4;
+  const std::size_t b = a + 4 * quads;  // the first element after the quads
+  const std::size_t head = a - begin, tail = end - b;
+  Kokkos::parallel_reduce(
+      "tessera::adamw", Kokkos::RangePolicy<>(space, 0, head + quads + tail),
+      KOKKOS_LAMBDA(std::size_t w, double& acc) {
+        if (w >= head && w < head + quads) {
+          const std::size_t i = a + 4 * (w - head);
+          float4 pq = *reinterpret_cast<const float4*>(p + i);
+          float4 mq = *reinterpret_cast<const float4*>(m + i);
+          float4 vq = *reinterpret_cast<const float4*>(v + i);
+          const float4 gq = *reinterpret_cast<const float4*>(g + i);
+          acc += static_cast<double>(rule(pq.x, mq.x, vq.x, gq.x));
+          acc += static_cast<double>(rule(pq.y, mq.y, vq.y, gq.y));
+          acc += static_cast<double>(rule(pq.z, mq.z, vq.z, gq.z));
+          acc += static_cast<double>(rule(pq.w, mq.w, vq.w, gq.w));
+          *reinterpret_cast<float4*>(p + i) = pq;
+          *reinterpret_cast<float4*>(m + i) = mq;
+          *reinterpret_cast<float4*>(v + i) = vq;
+        } else {
+          const std::size_t i = w < head ? begin + w : b + (w - head - quads);
+          acc += static_cast<double>(rule(p[i], m[i], v[i], g[i]));
+        }
       },
       grad_square);
+}
+#endif
+
+void adamw_kernel(const Kokkos::DefaultExecutionSpace& space, std::size_t begin, std::size_t end,
+                  const View1D<float>& p, const View1D<const float>& g, const View1D<float>& m, const View1D<float>& v,
+                  const AdamWRule& rule, const SumView& grad_square) {
+#ifdef KOKKOS_ENABLE_CUDA
+  if (aligned16(p.data()) && aligned16(g.data()) && aligned16(m.data()) && aligned16(v.data())) {
+    adamw_quads(space, begin, end, p.data(), g.data(), m.data(), v.data(), rule, grad_square);
+    return;
+  }
+#endif
+  kernels::for_each_summing(
+      "tessera::adamw", space, begin, end,
+      KOKKOS_LAMBDA(std::size_t i) { return rule(p(i), m(i), v(i), g(i)); }, grad_square);
 }
 
 void require_same_length(const View1D<float>& p, const View1D<float>& g, const char* who) {
@@ -121,8 +167,9 @@ void AdamW::start_step() {
 }
 
 void AdamW::apply(std::size_t offset, std::size_t count, const SumView& grad_square) {
-  adamw_kernel(space_, offset, offset + count, params_, grads_, m_, v_, options_.beta1, options_.beta2, options_.eps,
-               1.0f - options_.lr * options_.weight_decay, step_size_, inv_sqrt_c2_, grad_square);
+  const AdamWRule rule{options_.beta1, options_.beta2, options_.eps, 1.0f - options_.lr * options_.weight_decay,
+                       step_size_, inv_sqrt_c2_};
+  adamw_kernel(space_, offset, offset + count, params_, grads_, m_, v_, rule, grad_square);
 }
 
 }  // namespace tessera::optim

@@ -501,6 +501,40 @@ TEST(Optimizers, AdamWFollowsTorchRuleAndDefaults) {
   EXPECT_THROW_WITH(optim::AdamW(p, g, {1e-3f, 1.0f, 0.999f, 1e-8f, 0.01f}), ConfigError, "betas in [0, 1)");
 }
 
+TEST(Optimizers, AdamWOverRangesOffFourElementBoundariesFollowsTorchRule) {
+  // On a GPU the update runs four elements per thread where they are 16-byte aligned and one
+  // per thread before and after: ranges that start and end at every offset modulo 4.
+  const std::size_t n = 1003;
+  std::vector<double> init(n), grad(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    init[i] = static_cast<float>(std::sin(0.3 * static_cast<double>(i)));
+    grad[i] = static_cast<float>(std::cos(1.7 * static_cast<double>(i)));
+  }
+  View1D<float> p("p", n), g("g", n);
+  put(p, init);
+  put(g, grad);
+  const float lr = 1e-2f, wd = 0.1f;
+  optim::AdamW adam(p, g, {lr, 0.9f, 0.999f, 1e-8f, wd});
+  std::vector<double> ref = init, m(n, 0.0), v(n, 0.0);
+  const std::vector<std::pair<std::size_t, std::size_t>> ranges = {{0, 1}, {1, 6}, {7, 2}, {9, n - 11}, {n - 2, 2}};
+  for (int t = 1; t <= 3; ++t) {
+    adam.begin_step();
+    for (const auto& [offset, count] : ranges) adam.update(offset, count);
+    double want_squares = 0;
+    for (std::size_t i = 0; i < n; ++i) want_squares += grad[i] * grad[i];
+    EXPECT_NEAR(adam.grad_square_sum(), want_squares, 1e-9 * want_squares) << "step " << t;
+    const auto hp = host_copy(p);
+    for (std::size_t i = 0; i < n; ++i) {
+      ref[i] *= 1.0 - static_cast<double>(lr) * static_cast<double>(wd);
+      m[i] = 0.9 * m[i] + 0.1 * grad[i];
+      v[i] = 0.999 * v[i] + 0.001 * grad[i] * grad[i];
+      const double mhat = m[i] / (1 - std::pow(0.9, t)), vhat = v[i] / (1 - std::pow(0.999, t));
+      ref[i] -= static_cast<double>(lr) * mhat / (std::sqrt(vhat) + 1e-8);
+      ASSERT_NEAR(hp(i), ref[i], 2e-6) << "step " << t << " element " << i;
+    }
+  }
+}
+
 TEST(Optimizers, UpdatingRangesInAnyOrderEqualsOneWholeStep) {
   const std::size_t n = 10000;  // several of the host loop's chunks, and a remainder
   std::vector<double> init(n), grad(n);
