@@ -172,25 +172,25 @@ void Linear::backward_weights() {
 View2D<float> GELU::forward(const View2D<const float>& x) {
   x_ = x;
   ensure_shape(y_, x.extent(0), x.extent(1), "tessera::gelu::y");
-  ensure_shape(cdf_, x.extent(0), x.extent(1), "tessera::gelu::cdf");
   const auto in = flat(x);
   const auto y = flat(y_);
-  const auto cdf = flat(cdf_);  // kept for backward, which then needs no erf
   if constexpr (memory_kind_of_space<DeviceMemorySpace>() == MemoryKind::Host) {
-    // The widest vector loop this CPU runs (kernels/host_loops.hpp), a chunk per call.
+    // Phi(x) is kept for backward, which then needs no erf: on a CPU the erf costs more than
+    // the memory. The widest vector loop this CPU runs (kernels/host_loops.hpp), a chunk per call.
+    ensure_shape(cdf_, x.extent(0), x.extent(1), "tessera::gelu::cdf");
     const auto& loops = kernels::host_loops();
     const float* px = in.data();
-    float *py = y.data(), *pc = cdf.data();
+    float *py = y.data(), *pc = cdf_.data();
     for_each_host_chunk("tessera::gelu", in.size(), [=](std::size_t at, std::size_t count) {
       loops.gelu_forward(px + at, py + at, pc + at, count);
     });
   } else {
+    // On a GPU backward computes Phi(x) again instead of reading it: one activation buffer
+    // less per GELU, at the same step time (measured on an H100, MLP 8 x 4096, batch 1024).
     Kokkos::parallel_for(
         "tessera::gelu", Kokkos::RangePolicy<>(0, in.size()), KOKKOS_LAMBDA(std::size_t k) {
           const float v = in(k);
-          const float c = kernels::fast_normal_cdf(v);
-          cdf(k) = c;
-          y(k) = v * c;
+          y(k) = v * kernels::fast_normal_cdf(v);
         });
   }
   return y_;
@@ -206,10 +206,9 @@ View2D<float> GELU::backward(const View2D<const float>& dy) {
   const auto dx = flat(dx_);
   const auto x = flat(x_);
   const auto g = flat(dy);
-  const auto cdf = flat(View2D<const float>(cdf_));
   if constexpr (memory_kind_of_space<DeviceMemorySpace>() == MemoryKind::Host) {
     const auto& loops = kernels::host_loops();
-    const float *px = x.data(), *pc = cdf.data(), *pg = g.data();
+    const float *px = x.data(), *pc = cdf_.data(), *pg = g.data();
     float* pdx = dx.data();
     for_each_host_chunk("tessera::gelu::backward", x.size(), [=](std::size_t at, std::size_t count) {
       loops.gelu_backward(px + at, pc + at, pg + at, pdx + at, count);
@@ -219,7 +218,7 @@ View2D<float> GELU::backward(const View2D<const float>& dy) {
         "tessera::gelu::backward", Kokkos::RangePolicy<>(0, x.size()), KOKKOS_LAMBDA(std::size_t k) {
           const float v = x(k);
           const float pdf = 0.39894228040143268f * kernels::fast_exp(-0.5f * v * v);
-          dx(k) = g(k) * (cdf(k) + v * pdf);
+          dx(k) = g(k) * (kernels::fast_normal_cdf(v) + v * pdf);
         });
   }
   return dx_;

@@ -128,12 +128,14 @@ TrainConfig::MemoryEstimate TrainConfig::estimate_memory(int ranks) const {
   }
   if (dp <= 1 && zero_stage > 0) e.working = 0;  // one rank: nothing travels, nothing is gathered
   // Per micro-batch row: each Linear keeps its output and input gradient, each GELU three
-  // buffers; the batch's inputs, targets and loss gradient.
+  // buffers (two on a GPU, which computes Phi(x) again in backward); the batch's inputs,
+  // targets and loss gradient.
+  const double gelu_buffers = memory_kind_of_space<DeviceMemorySpace>() == MemoryKind::Host ? 3 : 2;
   const double rows = static_cast<double>(global_batch) / n / static_cast<double>(accum);
   const double stage_layers = pp > 1 ? static_cast<double>(parallel::stage_layers(layers, pp, 0).count) : L;
   // A pipeline keeps the micro-batches in flight: all of them (GPipe) or one per later stage.
   const double in_flight = pp > 1 && schedule == "1f1b" ? std::min(microbatches, pp) / double(microbatches) : 1.0;
-  e.activations = rows * in_flight * d * f * (2 * stage_layers + 3 * (stage_layers - 1) + 3);
+  e.activations = rows * in_flight * d * f * (2 * stage_layers + gelu_buffers * (stage_layers - 1) + 3);
   if (data == "synthetic") {
     // Its samples, and one layer of its teacher at a time with that layer's forward over 256 rows.
     e.data = static_cast<double>(synthetic_samples) * d * f * 2 + (d * d + d) * f * 2 + 256 * d * f * 4;

@@ -68,7 +68,8 @@ class GELU final : public Module {
 
  private:
   View2D<const float> x_;
-  View2D<float> y_, dx_, cdf_;
+  View2D<float> y_, dx_;
+  View2D<float> cdf_;  // Phi(x) from forward, for backward; host builds only (a GPU computes it again)
 };
 
 /// `layers` Linear(dim, dim) layers named "layers.<i>.weight"/"layers.<i>.bias", each
