@@ -2,8 +2,10 @@
 GELU between them), MSE against a teacher of the same shape, AdamW with PyTorch's defaults
 (PyTorch's fused kernel), fp32 with TF32 off on both sides, one step = forward, backward,
 optimizer. Tessera's figures come from tessera-bench-train (its step, the step's breakdown
-and its GEMMs alone, timed in the same process); PyTorch's are timed here. The two
-alternate for --rounds rounds in one run and each keeps its best median. Writes JSON.
+and its GEMMs alone, timed in the same process); PyTorch's are timed here: its step, and the
+same 3 L - 1 GEMMs alone as torch.mm, so that a gap can be told to be the GEMMs' or the
+rest's. The two alternate for --rounds rounds in one run and each keeps its best median.
+Writes JSON.
 
 Usage (a CUDA build of Tessera, on a machine with a GPU and PyTorch):
   python3 perf/compare_pytorch_gpu.py --bench build-cuda/perf/tessera-bench-train \\
@@ -64,6 +66,48 @@ def pytorch_step_time(args):
     return statistics.median(times), f"pytorch {torch.__version__}", name
 
 
+def pytorch_gemm_time(args, device="cuda"):
+    """PyTorch's matrix products of one step, alone, as tessera-bench-train times its own: per
+    layer forward y = x W^T and backward dW = dy^T x, and dx = dy W for every layer but the
+    first (its input is data): 3 L - 1 products, of buffers of their own per layer. Returns
+    the median time and the number of products."""
+    import torch
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    dev = torch.device(device)
+    gen = torch.Generator(device=dev).manual_seed(args.seed)
+    L, d, b = args.layers, args.dim, args.batch
+
+    def rand(*shape):
+        return torch.randn(*shape, device=dev, generator=gen)
+
+    acts = [rand(b, d) for _ in range(L + 1)]
+    ws, dys = [rand(d, d) for _ in range(L)], [rand(b, d) for _ in range(L)]
+    dws, dxs = [torch.empty(d, d, device=dev) for _ in range(L)], [torch.empty(b, d, device=dev) for _ in range(L)]
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    products, times = 0, []
+    for step in range(args.warmup + args.steps):
+        sync()
+        t0 = time.perf_counter()
+        products = 0
+        for l in range(L):
+            torch.mm(acts[l], ws[l].t(), out=acts[l + 1])
+            products += 1
+        for l in reversed(range(L)):
+            torch.mm(dys[l].t(), acts[l], out=dws[l])
+            products += 1
+            if l > 0:
+                torch.mm(dys[l], ws[l], out=dxs[l])
+                products += 1
+        sync()
+        if step >= args.warmup:
+            times.append(time.perf_counter() - t0)
+    del acts, ws, dys, dws, dxs
+    if dev.type == "cuda":
+        torch.cuda.empty_cache()
+    return statistics.median(times), products
+
+
 def tessera_run(args):
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
         path = f.name
@@ -90,13 +134,15 @@ def main():
     p.add_argument("--json")
     args = p.parse_args()
 
-    tessera, torch_best = None, None
+    tessera, torch_best, torch_gemm = None, None, None
     for _ in range(args.rounds):
         t = tessera_run(args)
         if tessera is None or t["median_s"]["step"] < tessera["median_s"]["step"]:
             tessera = t
         step, framework, gpu = pytorch_step_time(args)
         torch_best = step if torch_best is None else min(torch_best, step)
+        gemm, products = pytorch_gemm_time(args)
+        torch_gemm = gemm if torch_gemm is None else min(torch_gemm, gemm)
     if tessera["config"].get("memory") != "device":
         sys.exit("compare_pytorch_gpu.py: the benchmark is not a CUDA build (its memory is the host's)")
     m = tessera["median_s"]
@@ -104,14 +150,18 @@ def main():
         "gpu": gpu,
         "model": {"layers": args.layers, "dim": args.dim, "batch": args.batch, "dtype": "float32", "tf32": False},
         "tessera": tessera,
-        "pytorch": {"framework": framework, "optimizer": "AdamW(fused=True)", "median_step_s": torch_best},
+        "pytorch": {"framework": framework, "optimizer": "AdamW(fused=True)", "median_step_s": torch_best,
+                    "gemm_only_s": torch_gemm, "gemm_products": products},
         "tessera_over_pytorch": m["step"] / torch_best,
         "tessera_step_over_gemm": m["step"] / m["gemm_only"],
+        "pytorch_step_over_gemm": torch_best / torch_gemm,
+        "tessera_gemm_over_pytorch_gemm": m["gemm_only"] / torch_gemm,
     }
     print(f"{gpu}: MLP {args.layers} x {args.dim}, batch {args.batch}, fp32 (TF32 off)")
     print(f"  Tessera step {m['step'] * 1e3:.2f} ms (its GEMMs alone {m['gemm_only'] * 1e3:.2f} ms, "
           f"optimizer alone {m['optimizer_only'] * 1e3:.2f} ms)")
-    print(f"  PyTorch eager, fused AdamW: step {torch_best * 1e3:.2f} ms ({framework})")
+    print(f"  PyTorch eager, fused AdamW: step {torch_best * 1e3:.2f} ms ({framework}); its {products} GEMMs "
+          f"alone as torch.mm {torch_gemm * 1e3:.2f} ms, step / GEMMs = {out['pytorch_step_over_gemm']:.3f}")
     print(f"  Tessera / PyTorch = {out['tessera_over_pytorch']:.3f} (goal <= 1.0); "
           f"Tessera step / its GEMMs = {out['tessera_step_over_gemm']:.3f} (goal <= 1.1)")
     if args.json:

@@ -1,0 +1,50 @@
+"""Checks perf/compare_pytorch_gpu.py's PyTorch GEMMs-alone timing where no GPU is: on the
+CPU, with a tiny model, it must issue exactly the products of one step of an L-layer MLP as
+tessera-bench-train times its own (per layer forward x W^T and backward dy^T x; dy W for
+every layer but the first), each with the right shapes, once per timed and warm-up step.
+
+Usage: python3 tests/check_compare_pytorch_gpu.py perf/compare_pytorch_gpu.py
+"""
+import importlib.util
+import sys
+import types
+
+import torch
+
+spec = importlib.util.spec_from_file_location("compare_pytorch_gpu", sys.argv[1])
+compare = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(compare)
+
+L, d, b, steps, warmup = 3, 8, 5, 4, 2
+calls = []
+real_mm = torch.mm
+
+
+def counting_mm(a, m, **kwargs):
+    calls.append((tuple(a.shape), tuple(m.shape), tuple(kwargs["out"].shape)))
+    return real_mm(a, m, **kwargs)
+
+
+torch.mm = counting_mm
+args = types.SimpleNamespace(layers=L, dim=d, batch=b, steps=steps, warmup=warmup, seed=0)
+seconds, products = compare.pytorch_gemm_time(args, device="cpu")
+torch.mm = real_mm
+
+forward = [((b, d), (d, d), (b, d))] * L
+backward = []
+for layer in reversed(range(L)):
+    backward.append(((d, b), (b, d), (d, d)))  # dW = dy^T x
+    if layer > 0:
+        backward.append(((b, d), (d, d), (b, d)))  # dx = dy W
+one_step = forward + backward
+problems = []
+if products != 3 * L - 1:
+    problems.append(f"{products} products per step reported, expected {3 * L - 1}")
+if calls != one_step * (steps + warmup):
+    problems.append(f"torch.mm calls {calls[:len(one_step)]}... ({len(calls)} in all), expected {one_step} "
+                    f"x {steps + warmup}")
+if not seconds > 0:
+    problems.append(f"median time {seconds}")
+if problems:
+    sys.exit("check_compare_pytorch_gpu.py: " + "; ".join(problems))
+print(f"check_compare_pytorch_gpu.py: {products} products per step, {len(calls)} calls, median {seconds * 1e6:.0f} us")
