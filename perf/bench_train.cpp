@@ -239,7 +239,8 @@ int main(int argc, char** argv) {
           c.overlap_optimizer ? " overlapped with communication" : " after communication", dtype_name(c.ddp.grad_dtype),
           steps, host_threads().threads > 0 ? std::to_string(host_threads().threads).c_str() : "?",
           host_threads().kokkos_threads > 0
-              ? (", Kokkos " + host_threads().kokkos_backend + " " + std::to_string(host_threads().kokkos_threads))
+              ? (", Kokkos " + host_threads().kokkos_backend + " " + std::to_string(host_threads().kokkos_threads) +
+                 (host_threads().kokkos_reason.empty() ? "" : " (" + host_threads().kokkos_reason + ")"))
                     .c_str()
               : "");
       std::printf("  median step        %9.2f ms  (%.1f steps/s, %.0f samples/s)\n", med[0] * 1e3, 1 / med[0],
@@ -297,7 +298,8 @@ int main(int argc, char** argv) {
               {"blas_threads", host_threads().threads},
               {"blas_threads_reason", host_threads().reason},
               {"kokkos_host_threads", host_threads().kokkos_threads > 0 ? nlohmann::json(host_threads().kokkos_threads)
-                                                                        : nlohmann::json(nullptr)}}},
+                                                                        : nlohmann::json(nullptr)},
+              {"kokkos_host_threads_reason", host_threads().kokkos_reason}}},
             {"config",
              {{"layers", c.layers},
               {"dim", c.dim},

@@ -118,7 +118,8 @@ int main(int argc, char** argv) {
           static_cast<long long>(c.global_batch), static_cast<long long>(c.steps),
           blas.threads > 0 ? std::to_string(blas.threads).c_str() : "?", blas.reason.c_str(),
           blas.kokkos_threads > 0 ? (", Kokkos " + blas.kokkos_backend + " threads " +
-                                     std::to_string(blas.kokkos_threads) + " per rank")
+                                     std::to_string(blas.kokkos_threads) + " per rank" +
+                                     (blas.kokkos_reason.empty() ? "" : " (" + blas.kokkos_reason + ")"))
                                         .c_str()
                                   : "");
     double first_loss = 0, last_loss = 0, elapsed = 0;

@@ -8,6 +8,16 @@ namespace tessera::detail {
 /// Kokkos' default host execution space runs threads of its own (OpenMP, Threads, HPX).
 bool kokkos_host_is_threaded() noexcept;
 
+/// The BLAS runs a thread pool of its own (OpenBLAS built with pthreads), not OpenMP's and
+/// not none.
+bool blas_runs_own_threads() noexcept;
+
+/// Kokkos' host threads for a rank with `cores` cores whose BLAS will run `blas_threads`
+/// threads: the cores, except where the BLAS's threads are a pool of its own and more than
+/// one; then 1, for the two pools would take turns on the same cores, and OpenMP's idle
+/// threads spin (OMP_WAIT_POLICY is read as the runtime loads, before Tessera runs).
+int kokkos_host_threads(int cores, int blas_threads, bool blas_pool_of_its_own) noexcept;
+
 /// The flag that gives Kokkos `cores` host threads (--kokkos-num-threads=N, or Kokkos 3's
 /// --kokkos-threads=N), or "" where the user chose: OMP_NUM_THREADS or KOKKOS_NUM_THREADS
 /// set, or a thread flag among argv[1..argc).

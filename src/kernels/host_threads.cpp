@@ -17,6 +17,16 @@
 #endif
 
 namespace tessera {
+namespace detail {
+bool blas_runs_own_threads() noexcept {
+#if TESSERA_HAVE_OPENBLAS_THREADS
+  return openblas_get_parallel() == 1;  // 0: sequential, 1: its own threads, 2: OpenMP's
+#else
+  return false;
+#endif
+}
+}  // namespace detail
+
 namespace {
 int cores_allowed() {
   cpu_set_t set;
@@ -61,7 +71,11 @@ HostThreads choose() {
 const HostThreads& host_threads() {
   static std::once_flag once;
   static HostThreads chosen;
-  std::call_once(once, [] { chosen = choose(); });
+  std::call_once(once, [] {
+    chosen = choose();
+    if (chosen.kokkos_threads > 0 && chosen.kokkos_threads < chosen.threads && detail::blas_runs_own_threads())
+      chosen.kokkos_reason = "OpenBLAS's own threads have the cores";
+  });
   return chosen;
 }
 

@@ -202,8 +202,22 @@ TEST(Session, KokkosGetsTheRanksCoresUnlessTheUserChose) {
   }
   if (!detail::kokkos_host_is_threaded()) GTEST_SKIP() << "this Kokkos runs host kernels on the calling thread";
   if (!started_without_choice) GTEST_SKIP() << "OMP_NUM_THREADS or KOKKOS_NUM_THREADS was set for this process";
-  EXPECT_EQ(Kokkos::DefaultHostExecutionSpace().concurrency(), Session::current().cores());
-  EXPECT_EQ(host_threads().kokkos_threads, Session::current().cores());
+  const int cores = Session::current().cores();
+  const int want = detail::kokkos_host_threads(cores, host_threads().threads, detail::blas_runs_own_threads());
+  EXPECT_EQ(Kokkos::DefaultHostExecutionSpace().concurrency(), want);
+  EXPECT_EQ(host_threads().kokkos_threads, want);
+  EXPECT_EQ(!host_threads().kokkos_reason.empty(), want < host_threads().threads && detail::blas_runs_own_threads())
+      << host_threads().kokkos_reason;
+}
+
+TEST(Session, KokkosHostThreadsLeaveTheCoresToABlasPoolOfItsOwn) {
+  // The BLAS in a pool of its own (OpenBLAS with pthreads) with several threads: Kokkos one.
+  EXPECT_EQ(detail::kokkos_host_threads(8, 8, true), 1);
+  EXPECT_EQ(detail::kokkos_host_threads(2, 2, true), 1);
+  // Otherwise the rank's cores: a BLAS with one thread, or one on OpenMP's threads, or none.
+  EXPECT_EQ(detail::kokkos_host_threads(8, 1, true), 8);
+  EXPECT_EQ(detail::kokkos_host_threads(8, 8, false), 8);
+  EXPECT_EQ(detail::kokkos_host_threads(0, 4, false), 1);
 }
 
 TEST(Session, SingleRankCommunicatorWorksWithoutMpiexec) {

@@ -14,9 +14,12 @@ struct HostThreads {
   std::string reason;
   /// Kokkos' host threads on this rank where its host backend is threaded (OpenMP, Threads),
   /// else 0; Session starts Kokkos with as many as the BLAS gets unless the user chose
-  /// (OMP_NUM_THREADS, KOKKOS_NUM_THREADS, --kokkos-num-threads).
+  /// (OMP_NUM_THREADS, KOKKOS_NUM_THREADS, --kokkos-num-threads), and with 1 where the BLAS
+  /// runs more threads in a pool of its own (OpenBLAS built with pthreads): two pools on the
+  /// same cores take turns, and OpenMP's idle threads spin.
   int kokkos_threads = 0;
   std::string kokkos_backend;  ///< e.g. "OpenMP"
+  std::string kokkos_reason;   ///< why fewer than the BLAS's, else ""
 };
 
 /// Applies Tessera's policy on the first call and returns it (later calls return the same).
