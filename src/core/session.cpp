@@ -85,7 +85,7 @@ int cores_per_rank_before_mpi() {
 /// is threaded and the user did not choose, the rank's cores as its thread count, as the BLAS
 /// gets them: left to itself, every rank of a node starts one thread per core of the node.
 /// Where the BLAS runs several threads of its own (OpenBLAS built with pthreads), Kokkos gets
-/// one: with both on 2 cores, one rank's step took 102-127 ms against 34-36 ms (MLP 8 x 1024,
+/// one: with both on 2 cores, one rank's step took 89-127 ms against 34-43 ms (MLP 8 x 1024,
 /// batch 128, Kokkos 4.4 with OpenMP), as the BLAS's threads and OpenMP's spinning idle
 /// ones took turns.
 /// OMP_PROC_BIND, if unset, is set to false, the OpenMP runtimes' default, which Kokkos
