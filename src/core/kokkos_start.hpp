@@ -18,6 +18,10 @@ bool blas_runs_own_threads() noexcept;
 /// threads spin (OMP_WAIT_POLICY is read as the runtime loads, before Tessera runs).
 int kokkos_host_threads(int cores, int blas_threads, bool blas_pool_of_its_own) noexcept;
 
+/// Session started Kokkos with fewer host threads than the BLAS gets, by the rule of
+/// kokkos_host_threads() (not by the user's choice).
+bool kokkos_threads_left_to_blas() noexcept;
+
 /// The flag that gives Kokkos `cores` host threads (--kokkos-num-threads=N, or Kokkos 3's
 /// --kokkos-threads=N), or "" where the user chose: OMP_NUM_THREADS or KOKKOS_NUM_THREADS
 /// set, or a thread flag among argv[1..argc).

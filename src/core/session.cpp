@@ -37,6 +37,11 @@ bool kokkos_host_is_threaded() noexcept {
 #endif
 }
 
+namespace {
+std::atomic<bool> g_kokkos_threads_left_to_blas{false};
+}
+bool kokkos_threads_left_to_blas() noexcept { return g_kokkos_threads_left_to_blas.load(); }
+
 int kokkos_host_threads(int cores, int blas_threads, bool blas_pool_of_its_own) noexcept {
   return blas_pool_of_its_own && blas_threads > 1 ? 1 : std::max(1, cores);
 }
@@ -99,6 +104,7 @@ void start_kokkos(int& argc, char** argv, int cores) {
   if (const char* v = std::getenv("OPENBLAS_NUM_THREADS"); v != nullptr && *v != '\0') blas = std::max(1, std::atoi(v));
   const int threads = detail::kokkos_host_threads(cores, blas, detail::blas_runs_own_threads());
   std::string flag = detail::kokkos_host_is_threaded() ? detail::kokkos_threads_flag(argc, argv, threads) : "";
+  detail::g_kokkos_threads_left_to_blas = !flag.empty() && threads < blas;
   if (flag.empty()) {
     Kokkos::initialize(argc, argv);
     return;

@@ -73,7 +73,7 @@ const HostThreads& host_threads() {
   static HostThreads chosen;
   std::call_once(once, [] {
     chosen = choose();
-    if (chosen.kokkos_threads > 0 && chosen.kokkos_threads < chosen.threads && detail::blas_runs_own_threads())
+    if (chosen.kokkos_threads > 0 && detail::kokkos_threads_left_to_blas())
       chosen.kokkos_reason = "OpenBLAS's own threads have the cores";
   });
   return chosen;

@@ -206,8 +206,8 @@ TEST(Session, KokkosGetsTheRanksCoresUnlessTheUserChose) {
   const int want = detail::kokkos_host_threads(cores, host_threads().threads, detail::blas_runs_own_threads());
   EXPECT_EQ(Kokkos::DefaultHostExecutionSpace().concurrency(), want);
   EXPECT_EQ(host_threads().kokkos_threads, want);
-  EXPECT_EQ(!host_threads().kokkos_reason.empty(), want < host_threads().threads && detail::blas_runs_own_threads())
-      << host_threads().kokkos_reason;
+  EXPECT_EQ(!host_threads().kokkos_reason.empty(), want < host_threads().threads) << host_threads().kokkos_reason;
+  EXPECT_EQ(detail::kokkos_threads_left_to_blas(), want < host_threads().threads);
 }
 
 TEST(Session, KokkosHostThreadsLeaveTheCoresToABlasPoolOfItsOwn) {

@@ -19,7 +19,7 @@ struct HostThreads {
   /// same cores take turns, and OpenMP's idle threads spin.
   int kokkos_threads = 0;
   std::string kokkos_backend;  ///< e.g. "OpenMP"
-  std::string kokkos_reason;   ///< why fewer than the BLAS's, else ""
+  std::string kokkos_reason;   ///< why Tessera gave it fewer than the BLAS's, else ""
 };
 
 /// Applies Tessera's policy on the first call and returns it (later calls return the same).
