@@ -8,6 +8,10 @@ namespace tessera::detail {
 /// Kokkos' default host execution space runs threads of its own (OpenMP, Threads, HPX).
 bool kokkos_host_is_threaded() noexcept;
 
+/// The variable by which the user set the BLAS's threads (OPENBLAS_NUM_THREADS, else
+/// OMP_NUM_THREADS), or nullptr where neither is set.
+const char* blas_threads_variable() noexcept;
+
 /// The BLAS runs a thread pool of its own (OpenBLAS built with pthreads), not OpenMP's and
 /// not none.
 bool blas_runs_own_threads() noexcept;

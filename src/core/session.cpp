@@ -99,9 +99,9 @@ void start_kokkos(int& argc, char** argv, int cores) {
 #ifdef KOKKOS_ENABLE_OPENMP
   setenv("OMP_PROC_BIND", "false", 0);
 #endif
-  // The BLAS's threads, as host_threads() will choose them where the user did not.
-  int blas = cores;
-  if (const char* v = std::getenv("OPENBLAS_NUM_THREADS"); v != nullptr && *v != '\0') blas = std::max(1, std::atoi(v));
+  // The BLAS's threads, as host_threads() will choose them.
+  const char* var = detail::blas_threads_variable();
+  const int blas = var != nullptr ? std::max(1, std::atoi(std::getenv(var))) : cores;
   const int threads = detail::kokkos_host_threads(cores, blas, detail::blas_runs_own_threads());
   std::string flag = detail::kokkos_host_is_threaded() ? detail::kokkos_threads_flag(argc, argv, threads) : "";
   detail::g_kokkos_threads_left_to_blas = !flag.empty() && threads < blas;

@@ -18,6 +18,12 @@
 
 namespace tessera {
 namespace detail {
+const char* blas_threads_variable() noexcept {
+  for (const char* var : {"OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"})
+    if (const char* v = std::getenv(var); v != nullptr && *v != '\0') return var;
+  return nullptr;
+}
+
 bool blas_runs_own_threads() noexcept {
 #if TESSERA_HAVE_OPENBLAS_THREADS
   return openblas_get_parallel() == 1;  // 0: sequential, 1: its own threads, 2: OpenMP's
@@ -41,15 +47,14 @@ HostThreads choose() {
     h.kokkos_threads = Kokkos::DefaultHostExecutionSpace().concurrency();
     h.kokkos_backend = Kokkos::DefaultHostExecutionSpace::name();
   }
-  for (const char* var : {"OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS"}) {
-    if (const char* v = std::getenv(var); v != nullptr && *v != '\0') {
-      h.threads = std::max(1, std::atoi(v));
-      h.reason = std::string(var) + "=" + v;
+  if (const char* var = detail::blas_threads_variable()) {
+    const char* v = std::getenv(var);
+    h.threads = std::max(1, std::atoi(v));
+    h.reason = std::string(var) + "=" + v;
 #if TESSERA_HAVE_OPENBLAS_THREADS
-      h.threads = openblas_get_num_threads();
+    h.threads = openblas_get_num_threads();
 #endif
-      return h;
-    }
+    return h;
   }
   const int online = std::max(1, static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)));
   const int allowed = cores_allowed() > 0 ? cores_allowed() : online;
