@@ -249,6 +249,9 @@ class CommState {
   // widening and averaging), and float32 images of 16-bit floats.
   tessera::detail::Staging stage_in, stage_out, device_in{MemoryKind::Device}, device_out{MemoryKind::Device},
       f32_in{MemoryKind::Host, false}, f32_out{MemoryKind::Host, false};
+  // Staging for sends and receives, lent to each while in flight (several can be): declared
+  // before `transfers`, whose leases end first.
+  tessera::detail::StagingPool transfer_staging;
   // Fence buffers (see fence()): owned here so an abandoned request never writes freed memory.
   Signature check_mine{};
   std::vector<Signature> check_all;
@@ -261,7 +264,7 @@ class CommState {
     std::shared_ptr<WorkState> work;
     Deadline deadline;
     // A copy of the buffer in the other kind of memory, for backends that cannot use its own.
-    std::unique_ptr<tessera::detail::Staging> staging;
+    tessera::detail::StagingPool::Lease staging;
     // Last, so it is destroyed first: a cancelled request is done before its buffer goes.
     std::unique_ptr<PendingTransfer> pending;
   };
@@ -1027,8 +1030,8 @@ Work Communicator::submit_transfer(Op op, bool async) {
   if (!s.backend->accepts(op.memory)) {
     const MemoryKind wire = tessera::detail::other(op.memory);
     const std::size_t bytes = op.count * dtype_size(op.dtype);
-    t.staging = std::make_unique<tessera::detail::Staging>(wire);
-    Buffer staged(t.staging->reserve(bytes), op.count, op.dtype, wire);
+    t.staging = s.transfer_staging.take(wire, bytes);
+    Buffer staged(t.staging->data(), op.count, op.dtype, wire);
     if (op.type == OpType::Send) {
       tessera::detail::copy_bytes(staged.data, wire, op.send.data, op.memory, bytes);
       posted.send = staged;

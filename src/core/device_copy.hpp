@@ -4,8 +4,11 @@
 // device staging throw NotCompiledError, and host staging uses ordinary memory.
 
 #include <cstddef>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include <tessera/core/memory.hpp>
 
@@ -40,6 +43,7 @@ class Staging {
   /// At least `bytes` bytes; contents are not preserved across growth.
   void* reserve(std::size_t bytes);
   void* data() const noexcept { return data_; }
+  std::size_t capacity() const noexcept { return capacity_; }
   MemoryKind kind() const noexcept { return kind_; }
 
  private:
@@ -49,6 +53,36 @@ class Staging {
   void* data_ = nullptr;
   std::size_t capacity_ = 0;
   bool pinned_ = false;  // how a host data_ was allocated
+};
+
+/// Staging buffers lent to one transfer at a time. A send or receive in flight borrows one and
+/// the buffer comes back when the lease ends, so a steady stream of transfers (a pipeline's
+/// activations over an MPI without CUDA support) allocates and page-locks its buffers once
+/// rather than per transfer: page-locking host memory takes milliseconds for a large buffer,
+/// and CUDA synchronizes the device's streams around it. At most `keep` idle buffers of each kind are kept;
+/// every lease must end before the pool is destroyed.
+class StagingPool {
+ public:
+  struct Return {
+    StagingPool* pool = nullptr;
+    void operator()(Staging* s) const noexcept;
+  };
+  using Lease = std::unique_ptr<Staging, Return>;
+
+  explicit StagingPool(std::size_t keep = 8) : keep_(keep) {}
+  StagingPool(const StagingPool&) = delete;
+  StagingPool& operator=(const StagingPool&) = delete;
+  /// A buffer of `kind` with room for at least `bytes`: the smallest idle one that fits, else
+  /// the largest idle one grown, else a new one.
+  Lease take(MemoryKind kind, std::size_t bytes);
+  /// Idle buffers of `kind` (tests and diagnostics).
+  std::size_t idle(MemoryKind kind) const;
+
+ private:
+  void give_back(Staging* s) noexcept;
+  std::size_t keep_;
+  mutable std::mutex mutex_;
+  std::vector<std::unique_ptr<Staging>> idle_;
 };
 
 }  // namespace tessera::detail

@@ -18,6 +18,7 @@
 
 #include <tessera/tessera.hpp>
 
+#include "core/device_copy.hpp"
 #include "core/kokkos_start.hpp"
 #include "test_support.hpp"
 
@@ -260,6 +261,54 @@ namespace {
 using namespace tessera;
 
 bool exists(const std::string& path) { return std::ifstream(path).good(); }
+
+// Sends and receives that stage their buffers borrow them from a pool (src/comm/communicator.cpp):
+// a buffer comes back when its lease ends and is lent again, the smallest that fits first, so
+// a steady stream of transfers allocates once; leases held at once get buffers of their own;
+// a buffer too small is grown; no more than `keep` idle buffers are kept.
+TEST(StagingPool, LendsEachBufferToOneTransferAtATimeAndReusesIt) {
+  detail::StagingPool pool(2);
+  void* first = nullptr;
+  {
+    auto a = pool.take(MemoryKind::Host, 1000);
+    ASSERT_NE(a->data(), nullptr);
+    EXPECT_GE(a->capacity(), 1000u);
+    std::memset(a->data(), 1, 1000);  // the whole of it is usable
+    first = a->data();
+    EXPECT_EQ(pool.idle(MemoryKind::Host), 0u);
+  }
+  EXPECT_EQ(pool.idle(MemoryKind::Host), 1u);
+  void *other_data = nullptr, *big_data = nullptr;
+  {
+    auto again = pool.take(MemoryKind::Host, 600);  // fits: the same buffer, not a new one
+    EXPECT_EQ(again->data(), first);
+    auto other = pool.take(MemoryKind::Host, 600);  // the first is lent: a second buffer
+    EXPECT_NE(other->data(), first);
+    auto big = pool.take(MemoryKind::Host, 5000);
+    EXPECT_GE(big->capacity(), 5000u);
+    other_data = other->data();
+    big_data = big->data();
+    EXPECT_EQ(pool.idle(MemoryKind::Host), 0u);
+  }  // big and other come back first and are kept; `again` finds the pool full and is freed
+  EXPECT_EQ(pool.idle(MemoryKind::Host), 2u);
+  {
+    auto small = pool.take(MemoryKind::Host, 500);  // both fit: the smaller (600 bytes)
+    EXPECT_EQ(small->data(), other_data);
+    auto middle = pool.take(MemoryKind::Host, 700);  // only the 5000-byte one is left
+    EXPECT_EQ(middle->data(), big_data);
+  }
+  {
+    auto huge = pool.take(MemoryKind::Host, 20000);  // none fits: one is grown, not a third made
+    EXPECT_GE(huge->capacity(), 20000u);
+    std::memset(huge->data(), 2, 20000);
+    EXPECT_EQ(pool.idle(MemoryKind::Host), 1u);
+  }
+  EXPECT_EQ(pool.idle(MemoryKind::Host), 2u);
+  EXPECT_EQ(pool.idle(MemoryKind::Device), 0u);
+  // A lease with no pool owns its buffer outright.
+  detail::StagingPool::Lease loose(new detail::Staging(MemoryKind::Host, false), {});
+  EXPECT_NE(loose->reserve(64), nullptr);
+}
 
 TEST(UnfinishedFile, RemovedOnlyWhileTracked) {
   const std::string tracked = "unfinished_a.tmp", released = "unfinished_b.tmp", never = "unfinished_c.tmp";
