@@ -243,6 +243,12 @@ int main(int argc, char** argv) {
                  (host_threads().kokkos_reason.empty() ? "" : " (" + host_threads().kokkos_reason + ")"))
                     .c_str()
               : "");
+      const auto bias_counts = kernels::gemm_bias_counts();
+      if (kernels::gemm_bias_epilogue_requested())
+        std::printf("# Linear biases (TESSERA_GEMM_BIAS_EPILOGUE=1): %llu GEMMs added theirs in cuBLASLt's epilogue, "
+                    "%llu in a pass after the GEMM\n",
+                    static_cast<unsigned long long>(bias_counts.epilogue),
+                    static_cast<unsigned long long>(bias_counts.separate));
       std::printf("  median step        %9.2f ms  (%.1f steps/s, %.0f samples/s)\n", med[0] * 1e3, 1 / med[0],
                   static_cast<double>(c.global_batch) / med[0]);
       std::printf("    forward          %9.2f ms  (its GEMMs alone: %.2f ms)\n", med[1] * 1e3, med[7] * 1e3);
@@ -318,6 +324,11 @@ int main(int argc, char** argv) {
               {"zero_prefetch", c.zero.prefetch},
               {"bucket_mb", c.zero_stage == 0 ? c.ddp.bucket_mb : c.zero.bucket_mb},
               {"overlap_optimizer", c.overlap_optimizer},
+              // TESSERA_GEMM_BIAS_EPILOGUE, and how the run's Linear biases were added: in
+              // cuBLASLt's epilogue or in a pass after the GEMM (GEMM calls of each kind).
+              {"gemm_bias_epilogue_requested", kernels::gemm_bias_epilogue_requested()},
+              {"gemm_bias_in_epilogue", kernels::gemm_bias_counts().epilogue},
+              {"gemm_bias_separate", kernels::gemm_bias_counts().separate},
               {"overlap_backward", ddp_strategy != nullptr ? nlohmann::json(during_backward) : nlohmann::json(nullptr)},
               {"steps", steps},
               {"rounds", rounds}}},

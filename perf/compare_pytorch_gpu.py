@@ -4,8 +4,10 @@ GELU between them), MSE against a teacher of the same shape, AdamW with PyTorch'
 optimizer. Tessera's figures come from tessera-bench-train (its step, the step's breakdown
 and its GEMMs alone, timed in the same process); PyTorch's are timed here: its step, and the
 same 3 L - 1 GEMMs alone as torch.mm, so that a gap can be told to be the GEMMs' or the
-rest's. The two alternate for --rounds rounds in one run and each keeps its best median.
-Writes JSON.
+rest's. With --bias-epilogue both (the default) Tessera runs twice a round: with its Linear
+biases added in a pass after each GEMM (the default) and in cuBLASLt's GEMM epilogue
+(TESSERA_GEMM_BIAS_EPILOGUE=1), as PyTorch's Linear adds them. All alternate for --rounds
+rounds in one run and each keeps its best median. Writes JSON.
 
 Usage (a CUDA build of Tessera, on a machine with a GPU and PyTorch):
   python3 perf/compare_pytorch_gpu.py --bench build-cuda/perf/tessera-bench-train \\
@@ -108,12 +110,13 @@ def pytorch_gemm_time(args, device="cuda"):
     return statistics.median(times), products
 
 
-def tessera_run(args):
+def tessera_run(args, bias_epilogue):
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
         path = f.name
     cmd = [args.bench, "--model.layers", str(args.layers), "--model.dim", str(args.dim), "--train.batch",
            str(args.batch), "--bench.steps", str(args.steps), "--bench.warmup", str(args.warmup), "--json", path]
-    subprocess.run(cmd, check=True, stdout=sys.stderr if args.quiet else None)
+    env = dict(os.environ, TESSERA_GEMM_BIAS_EPILOGUE="1" if bias_epilogue else "0")
+    subprocess.run(cmd, check=True, stdout=sys.stderr if args.quiet else None, env=env)
     with open(path) as f:
         out = json.load(f)
     os.unlink(path)
@@ -130,19 +133,25 @@ def main():
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--rounds", type=int, default=2, help="alternating Tessera/PyTorch rounds; each keeps its best")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--bias-epilogue", choices=["off", "on", "both"], default="both",
+                   help="Tessera's Linear bias after the GEMM (off), in cuBLASLt's epilogue (on), or both, "
+                        "alternating")
     p.add_argument("--quiet", action="store_true", help="send the benchmark's own table to stderr")
     p.add_argument("--json")
     args = p.parse_args()
 
-    tessera, torch_best, torch_gemm = None, None, None
+    variants = {"off": [False], "on": [True], "both": [False, True]}[args.bias_epilogue]
+    best, torch_best, torch_gemm = {}, None, None
     for _ in range(args.rounds):
-        t = tessera_run(args)
-        if tessera is None or t["median_s"]["step"] < tessera["median_s"]["step"]:
-            tessera = t
+        for epilogue in variants:
+            t = tessera_run(args, epilogue)
+            if epilogue not in best or t["median_s"]["step"] < best[epilogue]["median_s"]["step"]:
+                best[epilogue] = t
         step, framework, gpu = pytorch_step_time(args)
         torch_best = step if torch_best is None else min(torch_best, step)
         gemm, products = pytorch_gemm_time(args)
         torch_gemm = gemm if torch_gemm is None else min(torch_gemm, gemm)
+    tessera = best[variants[0]]
     if tessera["config"].get("memory") != "device":
         sys.exit("compare_pytorch_gpu.py: the benchmark is not a CUDA build (its memory is the host's)")
     m = tessera["median_s"]
@@ -157,9 +166,28 @@ def main():
         "pytorch_step_over_gemm": torch_best / torch_gemm,
         "tessera_gemm_over_pytorch_gemm": m["gemm_only"] / torch_gemm,
     }
+    if True in best and False in best:
+        e = best[True]
+        out["tessera_bias_epilogue"] = e
+        out["tessera_bias_epilogue_over_pytorch"] = e["median_s"]["step"] / torch_best
+        out["tessera_bias_epilogue_step_over_gemm"] = e["median_s"]["step"] / e["median_s"]["gemm_only"]
+        out["bias_epilogue_over_separate"] = e["median_s"]["step"] / m["step"]
+    def bias_way(t):
+        c = t["config"]
+        if not c.get("gemm_bias_epilogue_requested"):
+            return "bias after the GEMM"
+        return (f"bias in cuBLASLt's epilogue in {c.get('gemm_bias_in_epilogue')} GEMMs, "
+                f"after the GEMM in {c.get('gemm_bias_separate')}")
+
     print(f"{gpu}: MLP {args.layers} x {args.dim}, batch {args.batch}, fp32 (TF32 off)")
-    print(f"  Tessera step {m['step'] * 1e3:.2f} ms (its GEMMs alone {m['gemm_only'] * 1e3:.2f} ms, "
-          f"optimizer alone {m['optimizer_only'] * 1e3:.2f} ms)")
+    print(f"  Tessera step {m['step'] * 1e3:.2f} ms, {bias_way(tessera)} (its GEMMs alone "
+          f"{m['gemm_only'] * 1e3:.2f} ms, optimizer alone {m['optimizer_only'] * 1e3:.2f} ms)")
+    if "tessera_bias_epilogue" in out:
+        e = out["tessera_bias_epilogue"]
+        print(f"  Tessera step {e['median_s']['step'] * 1e3:.2f} ms, {bias_way(e)}: "
+              f"{out['bias_epilogue_over_separate']:.4f} x the step above; / PyTorch = "
+              f"{out['tessera_bias_epilogue_over_pytorch']:.3f}, / its GEMMs = "
+              f"{out['tessera_bias_epilogue_step_over_gemm']:.3f}")
     print(f"  PyTorch eager, fused AdamW: step {torch_best * 1e3:.2f} ms ({framework}); its {products} GEMMs "
           f"alone as torch.mm {torch_gemm * 1e3:.2f} ms, step / GEMMs = {out['pytorch_step_over_gemm']:.3f}")
     print(f"  Tessera / PyTorch = {out['tessera_over_pytorch']:.3f} (goal <= 1.0); "

@@ -2,8 +2,11 @@
 CPU, with a tiny model, it must issue exactly the products of one step of an L-layer MLP as
 tessera-bench-train times its own (per layer forward x W^T and backward dy^T x; dy W for
 every layer but the first), each with the right shapes, once per timed and warm-up step.
+With a tessera-bench-train as well, its runs with the Linear biases after the GEMM and in
+the epilogue must set TESSERA_GEMM_BIAS_EPILOGUE as asked, and the benchmark must report
+which way its biases went (on the host: all after the GEMM, the epilogue being cuBLASLt's).
 
-Usage: python3 tests/check_compare_pytorch_gpu.py perf/compare_pytorch_gpu.py
+Usage: python3 tests/check_compare_pytorch_gpu.py perf/compare_pytorch_gpu.py [tessera-bench-train]
 """
 import importlib.util
 import sys
@@ -45,6 +48,22 @@ if calls != one_step * (steps + warmup):
                     f"x {steps + warmup}")
 if not seconds > 0:
     problems.append(f"median time {seconds}")
+
+bias_ways = ""
+if len(sys.argv) > 2:
+    run = types.SimpleNamespace(bench=sys.argv[2], layers=2, dim=16, batch=8, steps=3, warmup=1, quiet=True)
+    for epilogue in (False, True):
+        config = compare.tessera_run(run, epilogue)["config"]
+        got = (config["gemm_bias_epilogue_requested"], config["gemm_bias_in_epilogue"] > 0,
+               config["gemm_bias_separate"] > 0)
+        device = config["memory"] == "device"
+        want = (epilogue, epilogue and device, not (epilogue and device))
+        if got != want:
+            problems.append(f"bias epilogue {epilogue}: the benchmark reports (requested, any in the epilogue, any "
+                            f"after) = {got}, expected {want}")
+        bias_ways += f"; epilogue {'on' if epilogue else 'off'}: {config['gemm_bias_in_epilogue']} GEMMs with it, " \
+                     f"{config['gemm_bias_separate']} after"
 if problems:
     sys.exit("check_compare_pytorch_gpu.py: " + "; ".join(problems))
-print(f"check_compare_pytorch_gpu.py: {products} products per step, {len(calls)} calls, median {seconds * 1e6:.0f} us")
+print(f"check_compare_pytorch_gpu.py: {products} products per step, {len(calls)} calls, median {seconds * 1e6:.0f} us"
+      + bias_ways)

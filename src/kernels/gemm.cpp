@@ -2,20 +2,35 @@
 
 #include <cblas.h>
 
+#include <atomic>
+#include <cstdlib>
 #include <string>
 
 #include <tessera/core/error.hpp>
 #include <tessera/core/host_threads.hpp>
+
+#include "core/log.hpp"
 
 namespace tessera::kernels {
 namespace detail {
 // Defined in gemm_cuda.cpp (CUDA builds) or below (host-only builds).
 void gemm_device(bool ta, bool tb, int m, int n, int k, float alpha, const float* a, int lda, const float* b, int ldb,
                  float beta, float* c, int ldc);
+// C = op(A) op(B) + 1 bias^T in one cuBLASLt call; false where cuBLASLt has no algorithm for
+// it (nothing was written then). gemm_cuda.cpp, or below in host-only builds.
+bool gemm_bias_device(bool ta, bool tb, int m, int n, int k, const float* a, int lda, const float* b, int ldb,
+                      const float* bias, float* c, int ldc);
 }  // namespace detail
 
-void gemm(Trans ta, Trans tb, float alpha, const View2D<const float>& a, const View2D<const float>& b, float beta,
-          const View2D<float>& c) {
+namespace {
+struct GemmShape {
+  bool ta, tb;
+  int m, n, k, lda, ldb, ldc;
+};
+
+/// Checks that op(A) op(B) fits C and returns the BLAS arguments.
+GemmShape gemm_shape(Trans ta, Trans tb, const View2D<const float>& a, const View2D<const float>& b,
+                     const View2D<float>& c) {
   const bool tA = ta == Trans::Yes, tB = tb == Trans::Yes;
   const auto m = static_cast<int>(tA ? a.extent(1) : a.extent(0));
   const auto k = static_cast<int>(tA ? a.extent(0) : a.extent(1));
@@ -26,9 +41,16 @@ void gemm(Trans ta, Trans tb, float alpha, const View2D<const float>& a, const V
                     ", op(B) is " + std::to_string(kb) + "x" + std::to_string(n) + ", C is " +
                     std::to_string(c.extent(0)) + "x" + std::to_string(c.extent(1)),
                 __FILE__, __LINE__);
+  return {tA, tB, m, n, k, static_cast<int>(a.extent(1)), static_cast<int>(b.extent(1)), static_cast<int>(c.extent(1))};
+}
+
+std::atomic<std::uint64_t> bias_in_epilogue{0}, bias_separate{0};
+}  // namespace
+
+void gemm(Trans ta, Trans tb, float alpha, const View2D<const float>& a, const View2D<const float>& b, float beta,
+          const View2D<float>& c) {
+  const auto [tA, tB, m, n, k, lda, ldb, ldc] = gemm_shape(ta, tb, a, b, c);
   if (m == 0 || n == 0) return;
-  const auto lda = static_cast<int>(a.extent(1)), ldb = static_cast<int>(b.extent(1)),
-             ldc = static_cast<int>(c.extent(1));
   if constexpr (memory_kind_of_space<DeviceMemorySpace>() == MemoryKind::Device) {
     detail::gemm_device(tA, tB, m, n, k, alpha, a.data(), lda, b.data(), ldb, beta, c.data(), ldc);
   } else {
@@ -36,6 +58,71 @@ void gemm(Trans ta, Trans tb, float alpha, const View2D<const float>& a, const V
     cblas_sgemm(CblasRowMajor, tA ? CblasTrans : CblasNoTrans, tB ? CblasTrans : CblasNoTrans, m, n, k, alpha, a.data(),
                 lda > 0 ? lda : 1, b.data(), ldb > 0 ? ldb : 1, beta, c.data(), ldc > 0 ? ldc : 1);
   }
+}
+
+// On a GPU as one flat range (coalesced: consecutive threads take
+/// consecutive elements of a row); on the host as rows, whose inner loop vectorizes.
+void add_bias(const View2D<float>& y, const View1D<const float>& b) {
+  const std::size_t rows = y.extent(0), cols = y.extent(1);
+  if constexpr (memory_kind_of_space<DeviceMemorySpace>() == MemoryKind::Device) {
+    if (!y.span_is_contiguous()) throw Error("internal: a padded matrix reached add_bias");
+    const Kokkos::View<float*, DeviceMemorySpace, Kokkos::MemoryUnmanaged> flat_y(y.data(), y.size());
+    Kokkos::parallel_for(
+        "tessera::linear::bias", Kokkos::RangePolicy<>(0, rows * cols),
+        KOKKOS_LAMBDA(std::size_t k) { flat_y(k) += b(k % cols); });
+  } else {
+    Kokkos::parallel_for(
+        "tessera::linear::bias", Kokkos::RangePolicy<>(0, rows), KOKKOS_LAMBDA(std::size_t i) {
+          for (std::size_t j = 0; j < cols; ++j) y(i, j) += b(j);
+        });
+  }
+}
+
+bool gemm_bias_epilogue_requested() {
+  static const bool requested = [] {
+    const char* v = std::getenv("TESSERA_GEMM_BIAS_EPILOGUE");
+    if (v == nullptr || *v == '\0' || std::string(v) == "0") return false;
+    if (std::string(v) == "1") return true;
+    throw ConfigError(std::string("TESSERA_GEMM_BIAS_EPILOGUE='") + v +
+                      "' is neither 0 nor 1; set 1 to add a Linear layer's bias in cuBLASLt's GEMM epilogue on a GPU, "
+                      "or 0 (the default) for a pass of its own after the GEMM");
+  }();
+  return requested;
+}
+
+void check_gemm_bias_epilogue_setting(bool note_unused) {
+  const bool requested = gemm_bias_epilogue_requested();
+  if constexpr (memory_kind_of_space<DeviceMemorySpace>() != MemoryKind::Device) {
+    if (requested && note_unused)
+      tessera::detail::logger().warn(
+          "TESSERA_GEMM_BIAS_EPILOGUE=1 has no effect in this build: its GEMMs run in host memory, with no epilogue");
+  }
+}
+
+bool gemm_bias(Trans ta, Trans tb, const View2D<const float>& a, const View2D<const float>& b,
+               const View1D<const float>& bias, const View2D<float>& c, BiasAdd how) {
+  const auto [tA, tB, m, n, k, lda, ldb, ldc] = gemm_shape(ta, tb, a, b, c);
+  if (bias.extent(0) != static_cast<std::size_t>(n))
+    throw Error("tessera::kernels::gemm_bias: the bias has " + std::to_string(bias.extent(0)) +
+                    " values for a C with " + std::to_string(n) + " columns",
+                __FILE__, __LINE__);
+  if (m == 0 || n == 0) return false;
+  const bool epilogue = how == BiasAdd::Epilogue || (how == BiasAdd::Auto && gemm_bias_epilogue_requested());
+  if constexpr (memory_kind_of_space<DeviceMemorySpace>() == MemoryKind::Device) {
+    if (epilogue && k > 0 &&
+        detail::gemm_bias_device(tA, tB, m, n, k, a.data(), lda, b.data(), ldb, bias.data(), c.data(), ldc)) {
+      bias_in_epilogue.fetch_add(1, std::memory_order_relaxed);
+      return true;
+    }
+  }
+  gemm(ta, tb, 1.0f, a, b, 0.0f, c);
+  add_bias(c, bias);
+  bias_separate.fetch_add(1, std::memory_order_relaxed);
+  return false;
+}
+
+GemmBiasCounts gemm_bias_counts() {
+  return {bias_in_epilogue.load(std::memory_order_relaxed), bias_separate.load(std::memory_order_relaxed)};
 }
 
 }  // namespace tessera::kernels

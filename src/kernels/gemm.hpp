@@ -4,6 +4,8 @@
 
 #include <tessera/core/memory.hpp>
 
+#include <cstdint>
+
 namespace tessera::kernels {
 
 enum class Trans { No, Yes };
@@ -11,5 +13,36 @@ enum class Trans { No, Yes };
 /// C = alpha * op(A) * op(B) + beta * C, with op(X) = X or X^T. Shapes are checked.
 void gemm(Trans ta, Trans tb, float alpha, const View2D<const float>& a, const View2D<const float>& b, float beta,
           const View2D<float>& c);
+
+/// y(i, j) += b(j) for every row i of y.
+void add_bias(const View2D<float>& y, const View1D<const float>& b);
+
+/// Where gemm_bias adds its bias.
+enum class BiasAdd {
+  Auto,      ///< Epilogue where TESSERA_GEMM_BIAS_EPILOGUE=1, otherwise Separate
+  Epilogue,  ///< in cuBLASLt's epilogue as C is written, where C is in CUDA memory and
+             ///< cuBLASLt has an algorithm for the shape and alignment; otherwise Separate
+  Separate,  ///< the GEMM, then a pass of its own over C
+};
+
+/// C = op(A) * op(B) + 1 bias^T: bias (one value per column of C) added to every row.
+/// Returns whether the bias was added in the GEMM's epilogue.
+bool gemm_bias(Trans ta, Trans tb, const View2D<const float>& a, const View2D<const float>& b,
+               const View1D<const float>& bias, const View2D<float>& c, BiasAdd how = BiasAdd::Auto);
+
+/// How many gemm_bias calls so far added their bias in the epilogue, and how many in a pass
+/// of their own (benchmarks report which way a run went).
+struct GemmBiasCounts {
+  std::uint64_t epilogue = 0, separate = 0;
+};
+GemmBiasCounts gemm_bias_counts();
+
+/// Whether BiasAdd::Auto asks for the epilogue: TESSERA_GEMM_BIAS_EPILOGUE, read once
+/// (0 or unset: no; 1: yes; anything else is a ConfigError).
+bool gemm_bias_epilogue_requested();
+
+/// Reads TESSERA_GEMM_BIAS_EPILOGUE now, so that a bad value stops a run before its first
+/// step; with note_unused, warns where it asks for the epilogue in a build without CUDA memory.
+void check_gemm_bias_epilogue_setting(bool note_unused);
 
 }  // namespace tessera::kernels

@@ -5,4 +5,7 @@ namespace tessera::kernels::detail {
 void gemm_device(bool, bool, int, int, int, float, const float*, int, const float*, int, float, float*, int) {
   throw NotCompiledError("GEMM on device memory needs cuBLAS; rebuild with the CUDA toolkit available");
 }
+bool gemm_bias_device(bool, bool, int, int, int, const float*, int, const float*, int, const float*, float*, int) {
+  throw NotCompiledError("GEMM on device memory needs cuBLAS; rebuild with the CUDA toolkit available");
+}
 }  // namespace tessera::kernels::detail

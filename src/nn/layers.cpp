@@ -21,22 +21,6 @@ Kokkos::View<T*, DeviceMemorySpace, Kokkos::MemoryUnmanaged> flat(const View2D<T
   if (!m.span_is_contiguous()) throw Error("internal: a padded matrix reached an elementwise kernel");
   return Kokkos::View<T*, DeviceMemorySpace, Kokkos::MemoryUnmanaged>(m.data(), m.size());
 }
-/// y(i, j) += b(j). On a GPU as one flat range (coalesced: consecutive threads take
-/// consecutive elements of a row); on the host as rows, whose inner loop vectorizes.
-void add_bias(const View2D<float>& y, const View1D<const float>& b) {
-  const std::size_t rows = y.extent(0), cols = y.extent(1);
-  if constexpr (memory_kind_of_space<DeviceMemorySpace>() == MemoryKind::Device) {
-    const auto flat_y = flat(y);
-    Kokkos::parallel_for(
-        "tessera::linear::bias", Kokkos::RangePolicy<>(0, rows * cols),
-        KOKKOS_LAMBDA(std::size_t k) { flat_y(k) += b(k % cols); });
-  } else {
-    Kokkos::parallel_for(
-        "tessera::linear::bias", Kokkos::RangePolicy<>(0, rows), KOKKOS_LAMBDA(std::size_t i) {
-          for (std::size_t j = 0; j < cols; ++j) y(i, j) += b(j);
-        });
-  }
-}
 /// Calls f(offset, count) for chunks of kernels::kHostLoopChunk elements that cover [0, n),
 /// in parallel on the host.
 template <class F>
@@ -95,10 +79,15 @@ View2D<float> Linear::forward(const View2D<const float>& x) {
   ensure_shape(y_, batch, out_, "tessera::linear::y");
   acquire(*weight_, Pass::Forward);
   if (bias_ != nullptr) acquire(*bias_, Pass::Forward);
-  kernels::gemm(Trans::No, Trans::Yes, 1.0f, x, weight_->value2d(), 0.0f, y_);
-  // Row split: each rank multiplied its block of the input features; the output is their sum.
-  if (split_ == TensorSplit::Row) tp_->all_reduce(y_, comm::ReduceOp::Sum);
-  if (bias_ != nullptr) add_bias(y_, bias_->value);
+  if (bias_ != nullptr && split_ != TensorSplit::Row) {
+    kernels::gemm_bias(Trans::No, Trans::Yes, x, weight_->value2d(), bias_->value, y_);
+  } else {
+    kernels::gemm(Trans::No, Trans::Yes, 1.0f, x, weight_->value2d(), 0.0f, y_);
+    // Row split: each rank multiplied its block of the input features; the output is their
+    // sum, and the bias is added once, to the sum.
+    if (split_ == TensorSplit::Row) tp_->all_reduce(y_, comm::ReduceOp::Sum);
+    if (bias_ != nullptr) kernels::add_bias(y_, bias_->value);
+  }
   released(*weight_, Pass::Forward);
   if (bias_ != nullptr) released(*bias_, Pass::Forward);
   return y_;

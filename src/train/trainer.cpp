@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "kernels/gemm.hpp"
 #include "kernels/host_loops.hpp"
 #include "kernels/side_queue.hpp"
 
@@ -146,6 +147,7 @@ TrainConfig::MemoryEstimate TrainConfig::estimate_memory(int ranks) const {
 Trainer::Trainer(TrainConfig config, comm::Communicator& comm) : config_(std::move(config)), comm_(comm) {
   config_.validate();
   kernels::check_host_isa_setting(comm.rank() == 0);
+  kernels::check_gemm_bias_epilogue_setting(comm.rank() == 0);
   const int model_ranks = config_.tp * config_.pp;  // ranks that hold one replica of the model
   if (comm.size() % model_ranks != 0)
     throw ConfigError(config_.pp == 1
