@@ -60,8 +60,8 @@ void gemm(Trans ta, Trans tb, float alpha, const View2D<const float>& a, const V
   }
 }
 
-// On a GPU as one flat range (coalesced: consecutive threads take
-/// consecutive elements of a row); on the host as rows, whose inner loop vectorizes.
+// On a GPU as one flat range (coalesced: consecutive threads take consecutive elements of a
+// row); on the host as rows, whose inner loop vectorizes.
 void add_bias(const View2D<float>& y, const View1D<const float>& b) {
   const std::size_t rows = y.extent(0), cols = y.extent(1);
   if constexpr (memory_kind_of_space<DeviceMemorySpace>() == MemoryKind::Device) {
