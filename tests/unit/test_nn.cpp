@@ -113,7 +113,7 @@ TEST(Gemm, AllTransposeCombinationsMatchANaiveLoop) {
 }
 
 // C = op(A) op(B) + 1 b^T with the bias added in cuBLASLt's epilogue (a CUDA build) or after
-// the GEMM: both ways, every transpose, a shape cuBLASLt's vector loads fit and an odd one,
+// the GEMM: both ways, every transpose, a shape of multiples of 16 and an odd one,
 // and a bias off 16-byte alignment (which takes the separate pass) give the naive loop's
 // values, and C's old contents (NaN) never show through.
 TEST(Gemm, BiasInTheEpilogueOrAfterMatchesANaiveLoop) {
@@ -141,9 +141,16 @@ TEST(Gemm, BiasInTheEpilogueOrAfterMatchesANaiveLoop) {
                                      ", ta " + std::to_string(ta == Trans::Yes) + ", tb " +
                                      std::to_string(tb == Trans::Yes) + ", bias offset " + std::to_string(offset) +
                                      (how == BiasAdd::Epilogue ? ", epilogue" : ", separate");
-            // The epilogue runs where C is in GPU memory and the bias is aligned; cuBLASLt has
-            // fp32 algorithms with a bias epilogue for every transpose on the GPUs we run.
-            EXPECT_EQ(fused, how == BiasAdd::Epilogue && offset == 0 && test::device_build()) << what;
+            // The epilogue runs only where C is in GPU memory and the bias aligned; there,
+            // cuBLASLt has fp32 algorithms with a bias epilogue for every transpose of the
+            // shape whose dimensions are multiples of 16 on the GPUs we run (for the odd
+            // shape it may have none, and the bias takes the separate pass).
+            const bool may = how == BiasAdd::Epilogue && offset == 0 && test::device_build();
+            if (m % 16 == 0) {
+              EXPECT_EQ(fused, may) << what;
+            } else {
+              EXPECT_TRUE(may || !fused) << what;
+            }
             const auto hc = host_copy(c);
             for (std::size_t i = 0; i < m; ++i) {
               for (std::size_t j = 0; j < n; ++j) {
