@@ -66,16 +66,17 @@ struct BiasPlan {
   std::size_t workspace = 0;
 };
 
-/// Workspace cuBLASLt's algorithms may use (split-K partial sums): 4 MiB, cuBLAS' own default
-/// for its handle's workspace before Hopper. Allocated at the first GEMM with a bias, freed at
-/// Kokkos::finalize.
-constexpr std::size_t kLtWorkspaceBytes = std::size_t{4} << 20;
+/// Workspace cuBLASLt's algorithms may use (split-K partial sums): 32 MiB, what cuBLAS
+/// recommends on Hopper. Allocated at the first GEMM with a bias, freed at Kokkos::finalize.
+constexpr std::size_t kLtWorkspaceBytes = std::size_t{32} << 20;
 
 struct LtState {
   std::mutex mutex;
   cublasLtHandle_t handle = nullptr;
   void* workspace = nullptr;
-  std::map<std::tuple<bool, bool, int, int, int, int, int, int, std::uint32_t, std::uint32_t, std::uint32_t>, BiasPlan>
+  std::map<std::tuple<bool, bool, int, int, int, int, int, int, std::uint32_t, std::uint32_t, std::uint32_t,
+                      std::uint32_t>,
+           BiasPlan>
       plans;
 };
 
@@ -84,12 +85,14 @@ LtState& lt_state() {
   return state;
 }
 
-/// Builds the plan of one shape. Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T,
-/// as in gemm_device: cuBLASLt's first operand is our B, its second our A, and its D has n rows
-/// (C's columns), which is the length of the bias it adds to every column of D (a row of C).
-BiasPlan make_bias_plan(cublasLtHandle_t lt, bool ta, bool tb, int m, int n, int k, int lda, int ldb, int ldc,
-                        std::uint32_t align_a, std::uint32_t align_b, std::uint32_t align_c) {
-  BiasPlan plan;
+/// Fills in the plan of one shape (already in the plans, so that whatever it creates is
+/// destroyed at finalize even if a step here throws). Row-major C = op(A) op(B) is column-major
+/// C^T = op(B)^T op(A)^T, as in gemm_device: cuBLASLt's first operand is our B, its second our
+/// A, and its D has n rows (C's columns), which is the length of the bias it adds to every
+/// column of D (a row of C). Any heuristic failure leaves the plan unsupported: the bias then
+/// takes the separate pass, as PyTorch falls back from cuBLASLt.
+void fill_bias_plan(BiasPlan& plan, cublasLtHandle_t lt, bool ta, bool tb, int m, int n, int k, int lda, int ldb,
+                    int ldc, std::uint32_t align_a, std::uint32_t align_b, std::uint32_t align_c, const float* bias) {
   TESSERA_CHECK_LT(cublasLtMatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));  // no TF32
   const cublasOperation_t op_first = tb ? CUBLAS_OP_T : CUBLAS_OP_N, op_second = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
@@ -99,6 +102,9 @@ BiasPlan make_bias_plan(cublasLtHandle_t lt, bool ta, bool tb, int m, int n, int
       cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof(op_second)));
   TESSERA_CHECK_LT(
       cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
+  // The heuristic reads the bias pointer's alignment from it (it dereferences nothing).
+  TESSERA_CHECK_LT(
+      cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
   // Stored shapes, column-major: our B is k x n row-major (n x k column-major), or n x k when
   // transposed (k x n); our A likewise with m; C is n x m.
   TESSERA_CHECK_LT(cublasLtMatrixLayoutCreate(&plan.a, CUDA_R_32F, tb ? k : n, tb ? n : k, ldb));
@@ -127,10 +133,7 @@ BiasPlan make_bias_plan(cublasLtHandle_t lt, bool ta, bool tb, int m, int n, int
     plan.supported = true;
     plan.algo = result.algo;
     plan.workspace = result.workspaceSize;
-  } else if (rc != CUBLAS_STATUS_SUCCESS && rc != CUBLAS_STATUS_NOT_SUPPORTED) {
-    check_lt(rc, "cublasLtMatmulAlgoGetHeuristic", __LINE__);
   }
-  return plan;
 }
 }  // namespace
 
@@ -145,8 +148,10 @@ void gemm_device(bool ta, bool tb, int m, int n, int k, float alpha, const float
 bool gemm_bias_device(bool ta, bool tb, int m, int n, int k, const float* a, int lda, const float* b, int ldb,
                       const float* bias, float* c, int ldc) {
   // The epilogue reads the bias in 16-byte vectors; a bias off that alignment (a parameter
-  // packed behind one of odd length) takes the separate pass.
-  if (alignment_of(bias) < 16) return false;
+  // packed behind one of odd length) takes the separate pass. So does a matrix with one row
+  // or column, for which cuBLASLt's heuristic reports an invalid value (as PyTorch found).
+  const std::uint32_t align_bias = alignment_of(bias);
+  if (align_bias < 16 || m < 2 || n < 2 || k < 2) return false;
   LtState& lt = lt_state();
   const std::lock_guard<std::mutex> lock(lt.mutex);  // the plans, and the bias pointer set in a shared descriptor
   if (lt.handle == nullptr) {
@@ -162,6 +167,7 @@ bool gemm_bias_device(bool ta, bool tb, int m, int n, int k, const float* a, int
     Kokkos::push_finalize_hook([] {
       LtState& s = lt_state();
       const std::lock_guard<std::mutex> l(s.mutex);
+      cudaDeviceSynchronize();  // finalize hooks run before Kokkos' own fence: no GEMM may still use the workspace
       for (auto& [key, plan] : s.plans) {
         cublasLtMatrixLayoutDestroy(plan.a);
         cublasLtMatrixLayoutDestroy(plan.b);
@@ -176,18 +182,26 @@ bool gemm_bias_device(bool ta, bool tb, int m, int n, int k, const float* a, int
     });
   }
   const std::uint32_t align_a = alignment_of(a), align_b = alignment_of(b), align_c = alignment_of(c);
-  const auto key = std::make_tuple(ta, tb, m, n, k, lda, ldb, ldc, align_a, align_b, align_c);
+  const auto key = std::make_tuple(ta, tb, m, n, k, lda, ldb, ldc, align_a, align_b, align_c, align_bias);
   auto found = lt.plans.find(key);
-  if (found == lt.plans.end())
-    found = lt.plans.emplace(key, make_bias_plan(lt.handle, ta, tb, m, n, k, lda, ldb, ldc, align_a, align_b, align_c))
-                .first;
+  if (found == lt.plans.end()) {
+    found = lt.plans.emplace(key, BiasPlan{}).first;
+    fill_bias_plan(found->second, lt.handle, ta, tb, m, n, k, lda, ldb, ldc, align_a, align_b, align_c, bias);
+  }
   BiasPlan& plan = found->second;
   if (!plan.supported) return false;
   TESSERA_CHECK_LT(
       cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
   const float alpha = 1.0f, beta = 0.0f;
-  TESSERA_CHECK_LT(cublasLtMatmul(lt.handle, plan.desc, &alpha, b, plan.a, a, plan.b, &beta, c, plan.c, c, plan.c,
-                                  &plan.algo, lt.workspace, plan.workspace, kokkos_stream()));
+  const cublasStatus_t rc = cublasLtMatmul(lt.handle, plan.desc, &alpha, b, plan.a, a, plan.b, &beta, c, plan.c, c,
+                                           plan.c, &plan.algo, lt.workspace, plan.workspace, kokkos_stream());
+  if (rc == CUBLAS_STATUS_NOT_SUPPORTED || rc == CUBLAS_STATUS_INVALID_VALUE || rc == CUBLAS_STATUS_ARCH_MISMATCH) {
+    // Refused before anything ran (seen for some alignments on Hopper): the separate pass,
+    // from now on for this shape.
+    plan.supported = false;
+    return false;
+  }
+  check_lt(rc, "cublasLtMatmul", __LINE__);
   return true;
 }
 }  // namespace tessera::kernels::detail
