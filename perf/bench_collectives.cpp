@@ -20,6 +20,7 @@
 #include <functional>
 #include <numeric>
 #include <optional>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -261,6 +262,55 @@ double combine(const std::vector<double>& per_rank, int average) {
   }
 }
 
+/// nccl-tests flags with no counterpart here: accepted at nccl-tests' default (or a value
+/// that changes nothing for one thread per rank), refused otherwise with what to do instead,
+/// rather than rejected as unknown.
+struct ForeignFlag {
+  const char* names;     // CLI11 names
+  const char* flag;      // as the user typed it, for messages
+  const char* accepted;  // values that change nothing here, '|'-separated
+  const char* what;      // what it does in nccl-tests
+  const char* instead;   // why it has no counterpart, and what to do
+};
+const ForeignFlag kForeignFlags[] = {
+    {"-z,--blocking", "-z", "2", "collective blocking mode",
+     "this benchmark waits for every call and times each on its own, without a barrier between calls (nccl-tests' "
+     "-z 2); leave -z out or give -z 2"},
+    {"-m,--agg_iters", "-m", "1", "aggregation of several operations per iteration",
+     "every call is issued and timed on its own; leave -m out or give -m 1"},
+    {"-N,--run_cycles", "-N", "1", "repeated cycles of the run", "run the benchmark again instead"},
+    {"-p,--parallel_init", "-p", "0|1", "parallel NCCL initialization by threads",
+     "a Tessera rank drives one GPU from one thread; leave -p out"},
+    {"-G,--cudagraph", "-G", "0", "CUDA graph capture and replay",
+     "this benchmark times Tessera's own calls, as a training step makes them; leave -G out or give -G 0"},
+    {"-C,--report_cputime", "-C", "0", "CPU time reporting", "leave -C out or give -C 0"},
+    {"-I,--per_iter_timing", "-I", "0", "per-iteration timing",
+     "each rank's time of every row is in the JSON (--json: rank_time_us); leave -I out or give -I 0"},
+    {"-K,--per_iter_skip", "-K", "0", "samples skipped by -I", "leave -K out or give -K 0"},
+    {"-R,--local_register", "-R", "0", "NCCL buffer registration",
+     "Tessera does not register buffers with NCCL; leave -R out or give -R 0"},
+    {"-D,--device_implementation", "-D", "0", "NCCL device API implementation",
+     "Tessera calls NCCL's host API; leave -D out or give -D 0"},
+    {"-V,--device_cta_count", "-V", "16", "CTA count of the device API", "leave -V out"},
+    {"-S,--report_timestamps", "-S", "0", "timestamps on rows", "leave -S out or give -S 0"},
+    {"-M,--memory", "-M", "0", "memory usage report", "leave -M out or give -M 0"},
+    {"-u,--unalign", "-u", "0", "buffer misalignment", "the buffers are allocated aligned; leave -u out or give -u 0"},
+};
+
+/// Refuses a foreign flag given a value that would change what nccl-tests measures.
+void check_foreign_flag(const ForeignFlag& f, const std::optional<std::string>& value) {
+  if (!value) return;
+  std::string accepted = f.accepted;
+  for (std::size_t start = 0;;) {
+    const std::size_t bar = accepted.find('|', start);
+    if (accepted.substr(start, bar - start) == *value) return;
+    if (bar == std::string::npos) break;
+    start = bar + 1;
+  }
+  throw ConfigError(std::string(f.flag) + " " + *value + " (nccl-tests' " + f.what +
+                    ") has no counterpart in tessera-bench-collectives: " + f.instead);
+}
+
 /// Seconds per call of fn on each rank: the median over `iters` calls (the median, unlike the
 /// mean, ignores the scheduler's outliers on a shared machine), every rank's, in rank order.
 /// Tessera and the raw call are measured the same way.
@@ -297,19 +347,23 @@ struct Timing {
 
 int main(int argc, char** argv) {
   CLI::App app{
-      "Collective bandwidth benchmark with nccl-tests semantics (-b, -e, -f, -n, -w, -c, -d, -o and -r mean "
-      "what they mean in nccl-tests); compares Tessera with the raw library call on the same buffers.",
+      "Collective bandwidth benchmark with nccl-tests semantics (-b, -e, -f, -i, -n, -w, -c, -d, -o, -r, -a, -T and "
+      "-J mean what they mean in nccl-tests); compares Tessera with the raw library call on the same buffers.",
       "mpiexec -n N tessera-bench-collectives"};
   std::string min_bytes = "64K", max_bytes = "64M", op_name = "all_reduce", dtype_name_arg = "float32",
               redop_name = "sum", backend_arg = "all", json_path;
   int factor = 4, iters = 20, warmup = 5, check_flag = 1, rounds = 3, root = 0, average = 3, gpus = 1, threads = 1;
   bool noise_floor = false;
-  std::optional<double> min_busbw, min_ratio;
+  std::optional<double> min_busbw, min_ratio, timeout_s;
+  std::optional<std::string> step_bytes;
+  std::vector<std::optional<std::string>> foreign(std::size(kForeignFlags));
   app.add_option("-b,--minbytes", min_bytes, "smallest size in bytes; K, M and G suffixes")->capture_default_str();
   app.add_option("-e,--maxbytes", max_bytes, "largest size in bytes")->capture_default_str();
-  app.add_option("-f,--stepfactor", factor, "multiply the size by this between rows")
-      ->capture_default_str()
-      ->check(apps::whole(2, 1 << 20));
+  auto* factor_opt = app.add_option("-f,--stepfactor", factor, "multiply the size by this between rows")
+                         ->capture_default_str()
+                         ->check(apps::whole(2, 1 << 20));
+  app.add_option("-i,--stepbytes", step_bytes, "add this many bytes between rows instead of -f; K, M and G suffixes")
+      ->excludes(factor_opt);
   app.add_option("--coll", op_name,
                  "collective: all_reduce, all_gather, reduce_scatter, broadcast, reduce, all_to_all, or all of them")
       ->capture_default_str();
@@ -341,12 +395,21 @@ int main(int argc, char** argv) {
       ->check(apps::whole(1, 1000));
   app.add_option("--backend", backend_arg, "mpi, gloo, nccl, or all: every one compiled in and usable")
       ->capture_default_str();
-  app.add_option("--json", json_path, "write the results as JSON to this file")->option_text("FILE");
+  app.add_option("--json,-J,--output_file", json_path, "write the results as JSON to this file")->option_text("FILE");
+  app.add_option("-T,--timeout", timeout_s,
+                 "seconds any one call may take before every rank stops with a diagnosis (default: "
+                 "TESSERA_COMM_TIMEOUT, else 600; 0: no limit)")
+      ->check(CLI::Range(0.0, 1e7));
   app.add_option("--min-busbw", min_busbw, "exit non-zero if any Tessera row's busbw (GB/s) is below this");
   app.add_option("--min-ratio", min_ratio, "exit non-zero if any row's Tessera/raw busbw ratio is below this");
   app.add_flag("--noise-floor", noise_floor,
                "time the raw call in place of Tessera too (an A/A run): the spread of its ratio around 1 is the "
                "smallest difference this machine can resolve");
+  for (std::size_t i = 0; i < std::size(kForeignFlags); ++i)
+    app.add_option(kForeignFlags[i].names, foreign[i],
+                   std::string("nccl-tests' ") + kForeignFlags[i].what + "; accepted here only as " +
+                       std::regex_replace(kForeignFlags[i].accepted, std::regex("\\|"), " or "))
+        ->group("nccl-tests options with no counterpart here");
 
   return tessera::apps::run_app(argc, argv, app, [&](tessera::Session& session) {
     // nccl-tests' -g and -t run several GPUs from one process; a Tessera rank drives one GPU.
@@ -356,9 +419,12 @@ int main(int argc, char** argv) {
             std::string(flag) + " " + std::to_string(value) +
             ": a Tessera rank drives one GPU from one thread; start one rank per GPU instead (mpiexec -n " +
             std::to_string(static_cast<long long>(session.size()) * gpus * threads) + ") and leave " + flag + " at 1");
+    for (std::size_t i = 0; i < std::size(kForeignFlags); ++i) check_foreign_flag(kForeignFlags[i], foreign[i]);
     const DType dtype = parse_dtype(dtype_name_arg);
     const ReduceOp redop = comm::parse_reduce_op(redop_name);
     const std::size_t lo = parse_size(min_bytes), hi = parse_size(max_bytes);
+    const std::size_t step = step_bytes ? parse_size(*step_bytes) : 0;
+    if (step_bytes && step == 0) throw ConfigError("-i " + *step_bytes + ": the step must be at least 1 byte");
     if (lo > hi) throw ConfigError("-b (" + min_bytes + ") is larger than -e (" + max_bytes + ")");
     if (lo < dtype_size(dtype))
       throw ConfigError("-b " + min_bytes + " is less than one " + tessera::dtype_name(dtype) + " element (" +
@@ -403,12 +469,21 @@ int main(int argc, char** argv) {
                       {"tessera", info.tessera_version},
                       {"kokkos", info.kokkos_version},
                       {"kokkos_space", info.kokkos_space}};
+    // -T: how long any one call may take (TESSERA_COMM_TIMEOUT's, or 10 minutes, without it).
+    comm::CommOptions comm_options = comm::CommOptions::from_env();
+    if (timeout_s) comm_options.timeout = std::chrono::milliseconds(static_cast<long long>(*timeout_s * 1000));
+    out["settings"] = {{"iters", iters},
+                       {"warmup_iters", warmup},
+                       {"rounds", rounds},
+                       {"step_factor", step > 0 ? nlohmann::json(nullptr) : nlohmann::json(factor)},
+                       {"step_bytes", step > 0 ? nlohmann::json(step) : nlohmann::json(nullptr)},
+                       {"timeout_s", std::chrono::duration<double>(comm_options.timeout).count()}};
     out["results"] = nlohmann::json::array();
     bool below = false, below_ratio = false;
     std::size_t total_wrong = 0;
 
     for (const auto backend : backends) {
-      auto comm = Communicator::create(backend);
+      auto comm = Communicator::create(backend, comm_options);
       auto raw = perf::RawBaseline::make(*comm, sync);
       for (const auto& op : ops) {
         if (leader) {
@@ -423,7 +498,8 @@ int main(int argc, char** argv) {
           std::printf("# %12s %12s %9s %6s %10s %8s %8s %7s %10s %9s %8s\n", "(B)", "(elements)", "", "", "(us)",
                       "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "tess/raw");
         }
-        for (std::size_t bytes = lo; bytes <= hi; bytes *= static_cast<std::size_t>(factor)) {
+        // Sizes from -b to -e: multiplied by -f, or -i bytes apart.
+        for (std::size_t bytes = lo; bytes <= hi; bytes = step > 0 ? bytes + step : bytes * static_cast<std::size_t>(factor)) {
           Case c{op, dtype, redop, root, 0, 0, 0};
           const std::size_t esz = dtype_size(dtype);
           const bool spread = op == "all_gather" || op == "reduce_scatter" || op == "all_to_all";
@@ -523,7 +599,7 @@ int main(int argc, char** argv) {
               {"wrong", wrong},
               {"noise_floor", noise_floor}};
           out["results"].push_back(row);
-          if (bytes > hi / static_cast<std::size_t>(factor)) break;
+          if (step > 0 ? bytes > hi - step : bytes > hi / static_cast<std::size_t>(factor)) break;  // no overflow
         }
       }
     }

@@ -7,11 +7,20 @@ import json
 import math
 import sys
 
-# check_bench_json.py FILE RANKS [ops=a,b] [redop=NAME] [root=R] [dtype=NAME]
+# check_bench_json.py FILE RANKS [ops=a,b] [redop=NAME] [root=R] [dtype=NAME] [sizes=B1,B2,...]
+#                     [settings.KEY=VALUE]
 path, ranks = sys.argv[1], int(sys.argv[2])
 want = dict(arg.split("=", 1) for arg in sys.argv[3:])
 expected_ops = set(want.pop("ops").split(",")) if "ops" in want else None
+expected_sizes = [int(b) for b in want.pop("sizes").split(",")] if "sizes" in want else None
 data = json.load(open(path))
+for key in [k for k in want if k.startswith("settings.")]:
+    got = data["settings"][key.split(".", 1)[1]]
+    assert str(got) == want.pop(key), f"{key} is {got!r}"
+if expected_sizes is not None:
+    for op in {r["op"] for r in data["results"]}:
+        sizes = [r["bytes"] for r in data["results"] if r["op"] == op and r["backend"] == data["results"][0]["backend"]]
+        assert sizes == expected_sizes, f"{op}: sizes {sizes}, expected {expected_sizes}"
 assert data["machine"]["ranks"] == ranks, data["machine"]
 rows = data["results"]
 assert rows, "no results"
