@@ -54,6 +54,7 @@ std::size_t parse_size(const std::string& text) {
   else if (!unit.empty())
     throw ConfigError("size '" + text + "' has an unknown unit; use K, M or G");
   if (v <= 0) throw ConfigError("size '" + text + "' must be positive");
+  if (v * mult >= 9.2e18) throw ConfigError("size '" + text + "' is too large");
   return static_cast<std::size_t>(v * mult);
 }
 
@@ -274,8 +275,9 @@ struct ForeignFlag {
 };
 const ForeignFlag kForeignFlags[] = {
     {"-z,--blocking", "-z", "2", "collective blocking mode",
-     "this benchmark waits for every call and times each on its own, without a barrier between calls (nccl-tests' "
-     "-z 2); leave -z out or give -z 2"},
+     "this benchmark waits for every call and times each on its own, without a barrier between calls, as nccl-tests' "
+     "-z 2 blocks (though it reports each rank's median call where nccl-tests reports the mean); leave -z out or "
+     "give -z 2"},
     {"-m,--agg_iters", "-m", "1", "aggregation of several operations per iteration",
      "every call is issued and timed on its own; leave -m out or give -m 1"},
     {"-N,--run_cycles", "-N", "1", "repeated cycles of the run", "run the benchmark again instead"},
@@ -295,6 +297,10 @@ const ForeignFlag kForeignFlags[] = {
     {"-S,--report_timestamps", "-S", "0", "timestamps on rows", "leave -S out or give -S 0"},
     {"-M,--memory", "-M", "0", "memory usage report", "leave -M out or give -M 0"},
     {"-u,--unalign", "-u", "0", "buffer misalignment", "the buffers are allocated aligned; leave -u out or give -u 0"},
+    {"-y,--stream_null", "-y", "0", "collectives on the NULL stream",
+     "Tessera runs NCCL on a stream of its own; leave -y out or give -y 0"},
+    {"-x,--cta_policy", "-x", "", "NCCL CTA policy",
+     "Tessera leaves NCCL's CTA policy at its default; leave -x out"},
 };
 
 /// Refuses a foreign flag given a value that would change what nccl-tests measures.
@@ -397,8 +403,8 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--json,-J,--output_file", json_path, "write the results as JSON to this file")->option_text("FILE");
   app.add_option("-T,--timeout", timeout_s,
-                 "seconds any one call may take before every rank stops with a diagnosis (default: "
-                 "TESSERA_COMM_TIMEOUT, else 600; 0: no limit)")
+                 "seconds any one of Tessera's calls may take before every rank stops with a diagnosis (default: "
+                 "TESSERA_COMM_TIMEOUT, else 600; 0: no limit); the raw library calls have no limit")
       ->check(CLI::Range(0.0, 1e7));
   app.add_option("--min-busbw", min_busbw, "exit non-zero if any Tessera row's busbw (GB/s) is below this");
   app.add_option("--min-ratio", min_ratio, "exit non-zero if any row's Tessera/raw busbw ratio is below this");
@@ -407,8 +413,11 @@ int main(int argc, char** argv) {
                "smallest difference this machine can resolve");
   for (std::size_t i = 0; i < std::size(kForeignFlags); ++i)
     app.add_option(kForeignFlags[i].names, foreign[i],
-                   std::string("nccl-tests' ") + kForeignFlags[i].what + "; accepted here only as " +
-                       std::regex_replace(kForeignFlags[i].accepted, std::regex("\\|"), " or "))
+                   std::string("nccl-tests' ") + kForeignFlags[i].what +
+                       (*kForeignFlags[i].accepted == '\0'
+                            ? std::string("; not offered here")
+                            : "; accepted here only as " +
+                                  std::regex_replace(kForeignFlags[i].accepted, std::regex("\\|"), " or ")))
         ->group("nccl-tests options with no counterpart here");
 
   return tessera::apps::run_app(argc, argv, app, [&](tessera::Session& session) {
@@ -471,19 +480,24 @@ int main(int argc, char** argv) {
                       {"kokkos_space", info.kokkos_space}};
     // -T: how long any one call may take (TESSERA_COMM_TIMEOUT's, or 10 minutes, without it).
     comm::CommOptions comm_options = comm::CommOptions::from_env();
-    if (timeout_s) comm_options.timeout = std::chrono::milliseconds(static_cast<long long>(*timeout_s * 1000));
+    if (timeout_s) {
+      // As TESSERA_COMM_TIMEOUT is read: to the nearest millisecond, and at least 1 ms unless 0.
+      const auto ms = static_cast<long long>(std::llround(*timeout_s * 1000));
+      comm_options.timeout = std::chrono::milliseconds(*timeout_s > 0 ? std::max(ms, 1LL) : 0);
+    }
     out["settings"] = {{"iters", iters},
                        {"warmup_iters", warmup},
                        {"rounds", rounds},
                        {"step_factor", step > 0 ? nlohmann::json(nullptr) : nlohmann::json(factor)},
                        {"step_bytes", step > 0 ? nlohmann::json(step) : nlohmann::json(nullptr)},
-                       {"timeout_s", std::chrono::duration<double>(comm_options.timeout).count()}};
+                       {"timeout_s", nullptr}};  // the communicators' own, once they exist
     out["results"] = nlohmann::json::array();
     bool below = false, below_ratio = false;
     std::size_t total_wrong = 0;
 
     for (const auto backend : backends) {
       auto comm = Communicator::create(backend, comm_options);
+      out["settings"]["timeout_s"] = std::chrono::duration<double>(comm->timeout()).count();
       auto raw = perf::RawBaseline::make(*comm, sync);
       for (const auto& op : ops) {
         if (leader) {
@@ -599,7 +613,7 @@ int main(int argc, char** argv) {
               {"wrong", wrong},
               {"noise_floor", noise_floor}};
           out["results"].push_back(row);
-          if (step > 0 ? bytes > hi - step : bytes > hi / static_cast<std::size_t>(factor)) break;  // no overflow
+          if (step > 0 ? step > hi - bytes : bytes > hi / static_cast<std::size_t>(factor)) break;  // no overflow
         }
       }
     }

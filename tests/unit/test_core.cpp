@@ -298,10 +298,13 @@ TEST(StagingPool, LendsEachBufferToOneTransferAtATimeAndReusesIt) {
     EXPECT_EQ(middle->data(), big_data);
   }
   {
-    auto huge = pool.take(MemoryKind::Host, 20000);  // none fits: one is grown, not a third made
+    auto huge = pool.take(MemoryKind::Host, 20000);  // none fits: the largest is grown, no third made
     EXPECT_GE(huge->capacity(), 20000u);
     std::memset(huge->data(), 2, 20000);
     EXPECT_EQ(pool.idle(MemoryKind::Host), 1u);
+    auto left = pool.take(MemoryKind::Host, 500);  // the 600-byte one is still there, as it was
+    EXPECT_EQ(left->data(), other_data);
+    EXPECT_EQ(left->capacity(), 600u);
   }
   EXPECT_EQ(pool.idle(MemoryKind::Host), 2u);
   EXPECT_EQ(pool.idle(MemoryKind::Device), 0u);
