@@ -367,7 +367,10 @@ class CommState {
     }
   }
 
-  void enqueue(Transfer t) {
+  /// Hands a posted transfer to the transfer thread. Takes it by reference: should this throw
+  /// (no thread, no memory), the caller still holds it, and fails the communicator, which
+  /// stops the backend's request, before its staging buffer can be lent again.
+  void enqueue(Transfer&& t) {
     {
       std::lock_guard<std::mutex> lock(transfer_mutex);
       if (!transfer_thread.joinable()) transfer_thread = std::thread([this] { transfer_loop(); });
@@ -1049,7 +1052,13 @@ Work Communicator::submit_transfer(Op op, bool async) {
     throw;
   }
   if (async) {
-    s.enqueue(std::move(t));
+    try {
+      s.enqueue(std::move(t));
+    } catch (const std::exception& e) {
+      s.fail(std::string("could not hand a posted ") + (op.type == OpType::Send ? "send" : "receive") +
+             " to the transfer thread: " + e.what());
+      throw;
+    }
     return Work(w);
   }
   s.finish(t);
