@@ -299,8 +299,7 @@ const ForeignFlag kForeignFlags[] = {
     {"-u,--unalign", "-u", "0", "buffer misalignment", "the buffers are allocated aligned; leave -u out or give -u 0"},
     {"-y,--stream_null", "-y", "0", "collectives on the NULL stream",
      "Tessera runs NCCL on a stream of its own; leave -y out or give -y 0"},
-    {"-x,--cta_policy", "-x", "", "NCCL CTA policy",
-     "Tessera leaves NCCL's CTA policy at its default; leave -x out"},
+    {"-x,--cta_policy", "-x", "", "NCCL CTA policy", "Tessera leaves NCCL's CTA policy at its default; leave -x out"},
 };
 
 /// Refuses a foreign flag given a value that would change what nccl-tests measures.
@@ -513,7 +512,8 @@ int main(int argc, char** argv) {
                       "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "tess/raw");
         }
         // Sizes from -b to -e: multiplied by -f, or -i bytes apart.
-        for (std::size_t bytes = lo; bytes <= hi; bytes = step > 0 ? bytes + step : bytes * static_cast<std::size_t>(factor)) {
+        for (std::size_t bytes = lo; bytes <= hi;
+             bytes = step > 0 ? bytes + step : bytes * static_cast<std::size_t>(factor)) {
           Case c{op, dtype, redop, root, 0, 0, 0};
           const std::size_t esz = dtype_size(dtype);
           const bool spread = op == "all_gather" || op == "reduce_scatter" || op == "all_to_all";

@@ -245,10 +245,11 @@ int main(int argc, char** argv) {
               : "");
       const auto bias_counts = kernels::gemm_bias_counts();
       if (kernels::gemm_bias_epilogue_requested())
-        std::printf("# Linear biases (TESSERA_GEMM_BIAS_EPILOGUE=1): %llu GEMMs added theirs in cuBLASLt's epilogue, "
-                    "%llu in a pass after the GEMM\n",
-                    static_cast<unsigned long long>(bias_counts.epilogue),
-                    static_cast<unsigned long long>(bias_counts.separate));
+        std::printf(
+            "# Linear biases (TESSERA_GEMM_BIAS_EPILOGUE=1): %llu GEMMs added theirs in cuBLASLt's epilogue, "
+            "%llu in a pass after the GEMM\n",
+            static_cast<unsigned long long>(bias_counts.epilogue),
+            static_cast<unsigned long long>(bias_counts.separate));
       std::printf("  median step        %9.2f ms  (%.1f steps/s, %.0f samples/s)\n", med[0] * 1e3, 1 / med[0],
                   static_cast<double>(c.global_batch) / med[0]);
       std::printf("    forward          %9.2f ms  (its GEMMs alone: %.2f ms)\n", med[1] * 1e3, med[7] * 1e3);

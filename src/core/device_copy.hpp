@@ -59,8 +59,8 @@ class Staging {
 /// the buffer comes back when the lease ends, so a steady stream of transfers (a pipeline's
 /// activations over an MPI without CUDA support) allocates and page-locks its buffers once
 /// rather than per transfer: page-locking host memory takes milliseconds for a large buffer,
-/// and CUDA synchronizes the device's streams around it. At most `keep` idle buffers of each kind are kept;
-/// every lease must end before the pool is destroyed.
+/// and CUDA synchronizes the device's streams around it. At most `keep` idle buffers of each
+/// kind are kept; every lease must end before the pool is destroyed.
 class StagingPool {
  public:
   struct Return {

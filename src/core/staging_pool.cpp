@@ -44,7 +44,8 @@ std::size_t StagingPool::idle(MemoryKind kind) const {
 void StagingPool::give_back(Staging* s) noexcept {
   std::unique_ptr<Staging> owned(s);
   const std::lock_guard<std::mutex> lock(mutex_);
-  const auto same_kind = std::count_if(idle_.begin(), idle_.end(), [&](const auto& b) { return b->kind() == s->kind(); });
+  const auto same_kind =
+      std::count_if(idle_.begin(), idle_.end(), [&](const auto& b) { return b->kind() == s->kind(); });
   if (static_cast<std::size_t>(same_kind) >= keep_) return;  // freed here
   try {
     idle_.push_back(std::move(owned));

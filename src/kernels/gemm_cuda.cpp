@@ -74,9 +74,9 @@ struct LtState {
   std::mutex mutex;
   cublasLtHandle_t handle = nullptr;
   void* workspace = nullptr;
-  std::map<std::tuple<bool, bool, int, int, int, int, int, int, std::uint32_t, std::uint32_t, std::uint32_t,
-                      std::uint32_t>,
-           BiasPlan>
+  std::map<
+      std::tuple<bool, bool, int, int, int, int, int, int, std::uint32_t, std::uint32_t, std::uint32_t, std::uint32_t>,
+      BiasPlan>
       plans;
 };
 
@@ -96,15 +96,13 @@ void fill_bias_plan(BiasPlan& plan, cublasLtHandle_t lt, bool ta, bool tb, int m
   TESSERA_CHECK_LT(cublasLtMatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));  // no TF32
   const cublasOperation_t op_first = tb ? CUBLAS_OP_T : CUBLAS_OP_N, op_second = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
-  TESSERA_CHECK_LT(
-      cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_first, sizeof(op_first)));
+  TESSERA_CHECK_LT(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_first, sizeof(op_first)));
   TESSERA_CHECK_LT(
       cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof(op_second)));
   TESSERA_CHECK_LT(
       cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
   // The heuristic reads the bias pointer's alignment from it (it dereferences nothing).
-  TESSERA_CHECK_LT(
-      cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+  TESSERA_CHECK_LT(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
   // Stored shapes, column-major: our B is k x n row-major (n x k column-major), or n x k when
   // transposed (k x n); our A likewise with m; C is n x m.
   TESSERA_CHECK_LT(cublasLtMatrixLayoutCreate(&plan.a, CUDA_R_32F, tb ? k : n, tb ? n : k, ldb));
@@ -122,8 +120,8 @@ void fill_bias_plan(BiasPlan& plan, cublasLtHandle_t lt, bool ta, bool tb, int m
   TESSERA_CHECK_LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
                                                         sizeof(workspace)));
   for (int i = 0; i < 4; ++i)
-    TESSERA_CHECK_LT(cublasLtMatmulPreferenceSetAttribute(pref, alignment_attributes[i], &alignments[i],
-                                                          sizeof(alignments[i])));
+    TESSERA_CHECK_LT(
+        cublasLtMatmulPreferenceSetAttribute(pref, alignment_attributes[i], &alignments[i], sizeof(alignments[i])));
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   const cublasStatus_t rc =
@@ -190,8 +188,7 @@ bool gemm_bias_device(bool ta, bool tb, int m, int n, int k, const float* a, int
   }
   BiasPlan& plan = found->second;
   if (!plan.supported) return false;
-  TESSERA_CHECK_LT(
-      cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+  TESSERA_CHECK_LT(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
   const float alpha = 1.0f, beta = 0.0f;
   const cublasStatus_t rc = cublasLtMatmul(lt.handle, plan.desc, &alpha, b, plan.a, a, plan.b, &beta, c, plan.c, c,
                                            plan.c, &plan.algo, lt.workspace, plan.workspace, kokkos_stream());
