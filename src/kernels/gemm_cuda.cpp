@@ -166,11 +166,10 @@ bool gemm_bias_device(bool ta, bool tb, int m, int n, int k, const float* a, int
       LtState& s = lt_state();
       const std::lock_guard<std::mutex> l(s.mutex);
       cudaDeviceSynchronize();  // finalize hooks run before Kokkos' own fence: no GEMM may still use the workspace
-      for (auto& [key, plan] : s.plans) {
-        cublasLtMatrixLayoutDestroy(plan.a);
-        cublasLtMatrixLayoutDestroy(plan.b);
-        cublasLtMatrixLayoutDestroy(plan.c);
-        cublasLtMatmulDescDestroy(plan.desc);
+      for (auto& [key, plan] : s.plans) {  // a plan whose making threw has some left null
+        for (cublasLtMatrixLayout_t layout : {plan.a, plan.b, plan.c})
+          if (layout != nullptr) cublasLtMatrixLayoutDestroy(layout);
+        if (plan.desc != nullptr) cublasLtMatmulDescDestroy(plan.desc);
       }
       s.plans.clear();
       cudaFree(s.workspace);
