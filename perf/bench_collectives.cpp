@@ -14,13 +14,13 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <functional>
 #include <numeric>
 #include <optional>
-#include <regex>
 #include <string>
 #include <vector>
 
@@ -267,52 +267,70 @@ double combine(const std::vector<double>& per_rank, int average) {
 /// that changes nothing for one thread per rank), refused otherwise with what to do instead,
 /// rather than rejected as unknown.
 struct ForeignFlag {
-  const char* names;     // CLI11 names
-  const char* flag;      // as the user typed it, for messages
-  const char* accepted;  // values that change nothing here, '|'-separated
-  const char* what;      // what it does in nccl-tests
-  const char* instead;   // why it has no counterpart, and what to do
+  const char* names;                    // CLI11 names, the short one first
+  std::array<const char*, 2> accepted;  // values that change nothing here (none: nullptr)
+  const char* what;                     // what it does in nccl-tests
+  const char* instead;                  // why it has no counterpart, and what to do
+  std::string flag() const { return std::string(names).substr(0, std::string(names).find(',')); }
+  /// The accepted values as "a or b", empty where there are none.
+  std::string accepted_text() const {
+    std::string text;
+    for (const char* a : accepted)
+      if (a != nullptr) text += (text.empty() ? "" : " or ") + std::string(a);
+    return text;
+  }
 };
 const ForeignFlag kForeignFlags[] = {
-    {"-z,--blocking", "-z", "2", "collective blocking mode",
+    {"-z,--blocking",
+     {"2"},
+     "collective blocking mode",
      "this benchmark waits for every call and times each on its own, without a barrier between calls, as nccl-tests' "
      "-z 2 blocks (though it reports each rank's median call where nccl-tests reports the mean); leave -z out or "
      "give -z 2"},
-    {"-m,--agg_iters", "-m", "1", "aggregation of several operations per iteration",
+    {"-m,--agg_iters",
+     {"1"},
+     "aggregation of several operations per iteration",
      "every call is issued and timed on its own; leave -m out or give -m 1"},
-    {"-N,--run_cycles", "-N", "1", "repeated cycles of the run", "run the benchmark again instead"},
-    {"-p,--parallel_init", "-p", "0|1", "parallel NCCL initialization by threads",
+    {"-N,--run_cycles", {"1"}, "repeated cycles of the run", "run the benchmark again instead"},
+    {"-p,--parallel_init",
+     {"0", "1"},
+     "parallel NCCL initialization by threads",
      "a Tessera rank drives one GPU from one thread; leave -p out"},
-    {"-G,--cudagraph", "-G", "0", "CUDA graph capture and replay",
+    {"-G,--cudagraph",
+     {"0"},
+     "CUDA graph capture and replay",
      "this benchmark times Tessera's own calls, as a training step makes them; leave -G out or give -G 0"},
-    {"-C,--report_cputime", "-C", "0", "CPU time reporting", "leave -C out or give -C 0"},
-    {"-I,--per_iter_timing", "-I", "0", "per-iteration timing",
+    {"-C,--report_cputime", {"0"}, "CPU time reporting", "leave -C out or give -C 0"},
+    {"-I,--per_iter_timing",
+     {"0"},
+     "per-iteration timing",
      "each rank's time of every row is in the JSON (--json: rank_time_us); leave -I out or give -I 0"},
-    {"-K,--per_iter_skip", "-K", "0", "samples skipped by -I", "leave -K out or give -K 0"},
-    {"-R,--local_register", "-R", "0", "NCCL buffer registration",
+    {"-K,--per_iter_skip", {"0"}, "samples skipped by -I", "leave -K out or give -K 0"},
+    {"-R,--local_register",
+     {"0"},
+     "NCCL buffer registration",
      "Tessera does not register buffers with NCCL; leave -R out or give -R 0"},
-    {"-D,--device_implementation", "-D", "0", "NCCL device API implementation",
+    {"-D,--device_implementation",
+     {"0"},
+     "NCCL device API implementation",
      "Tessera calls NCCL's host API; leave -D out or give -D 0"},
-    {"-V,--device_cta_count", "-V", "16", "CTA count of the device API", "leave -V out"},
-    {"-S,--report_timestamps", "-S", "0", "timestamps on rows", "leave -S out or give -S 0"},
-    {"-M,--memory", "-M", "0", "memory usage report", "leave -M out or give -M 0"},
-    {"-u,--unalign", "-u", "0", "buffer misalignment", "the buffers are allocated aligned; leave -u out or give -u 0"},
-    {"-y,--stream_null", "-y", "0", "collectives on the NULL stream",
+    {"-V,--device_cta_count", {"16"}, "CTA count of the device API", "leave -V out"},
+    {"-S,--report_timestamps", {"0"}, "timestamps on rows", "leave -S out or give -S 0"},
+    {"-M,--memory", {"0"}, "memory usage report", "leave -M out or give -M 0"},
+    {"-u,--unalign", {"0"}, "buffer misalignment", "the buffers are allocated aligned; leave -u out or give -u 0"},
+    {"-y,--stream_null",
+     {"0"},
+     "collectives on the NULL stream",
      "Tessera runs NCCL on a stream of its own; leave -y out or give -y 0"},
-    {"-x,--cta_policy", "-x", "", "NCCL CTA policy", "Tessera leaves NCCL's CTA policy at its default; leave -x out"},
+    {"-x,--cta_policy", {}, "NCCL CTA policy", "Tessera leaves NCCL's CTA policy at its default; leave -x out"},
 };
 
 /// Refuses a foreign flag given a value that would change what nccl-tests measures.
 void check_foreign_flag(const ForeignFlag& f, const std::optional<std::string>& value) {
   if (!value) return;
-  std::string accepted = f.accepted;
-  for (std::size_t start = 0;;) {
-    const std::size_t bar = accepted.find('|', start);
-    if (accepted.substr(start, bar - start) == *value) return;
-    if (bar == std::string::npos) break;
-    start = bar + 1;
-  }
-  throw ConfigError(std::string(f.flag) + " " + *value + " (nccl-tests' " + f.what +
+  for (const char* a : f.accepted)
+    if (a != nullptr && *value == a) return;
+  throw ConfigError(f.flag() + " " + *value + " (nccl-tests' " + f.what +
                     ") has no counterpart in tessera-bench-collectives: " + f.instead);
 }
 
@@ -413,10 +431,9 @@ int main(int argc, char** argv) {
   for (std::size_t i = 0; i < std::size(kForeignFlags); ++i)
     app.add_option(kForeignFlags[i].names, foreign[i],
                    std::string("nccl-tests' ") + kForeignFlags[i].what +
-                       (*kForeignFlags[i].accepted == '\0'
+                       (kForeignFlags[i].accepted_text().empty()
                             ? std::string("; not offered here")
-                            : "; accepted here only as " +
-                                  std::regex_replace(kForeignFlags[i].accepted, std::regex("\\|"), " or ")))
+                            : "; accepted here only as " + kForeignFlags[i].accepted_text()))
         ->group("nccl-tests options with no counterpart here");
 
   return tessera::apps::run_app(argc, argv, app, [&](tessera::Session& session) {
