@@ -21,6 +21,10 @@ set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 usage="usage: scripts/test-gpu.sh [BUILD_DIR] [ctest arguments...]
        scripts/test-gpu.sh --bin DIR --tests LIST [run_test_list.py arguments...]"
+if [ "${1:-}" = -h ] || [ "${1:-}" = --help ]; then
+  sed -n '2,/^set -uo/{/^set -uo/d;s/^# \{0,1\}//;p}' "${BASH_SOURCE[0]}"
+  exit 0
+fi
 bin="" tests=""
 while [ $# -gt 0 ] && { [ "$1" = --bin ] || [ "$1" = --tests ]; }; do
   [ $# -ge 2 ] || { echo "test-gpu.sh: $1 needs a value"$'\n'"$usage" >&2; exit 2; }
@@ -29,14 +33,16 @@ while [ $# -gt 0 ] && { [ "$1" = --bin ] || [ "$1" = --tests ]; }; do
 done
 if [ -n "$bin$tests" ]; then
   [ -n "$bin" ] && [ -n "$tests" ] || { echo "test-gpu.sh: --bin and --tests go together"$'\n'"$usage" >&2; exit 2; }
-  bin="$(cd "$bin" 2>/dev/null && pwd)" || { echo "test-gpu.sh: no folder '$bin' (--bin)" >&2; exit 2; }
+  given=$bin
+  bin="$(cd "$bin" 2>/dev/null && pwd)" || { echo "test-gpu.sh: no folder '$given' (--bin)" >&2; exit 2; }
   [ -f "$tests" ] || { echo "test-gpu.sh: no test list '$tests' (--tests); write it where the build is:" \
     "scripts/run_test_list.py --export $tests build-cuda" >&2; exit 2; }
   train="$bin/tessera-train" demo="$bin/tessera-collectives" bench="$bin/tessera-bench-train"
 else
   build="${1:-$root/build-cuda}"
   [ $# -gt 0 ] && shift
-  build="$(cd "$build" 2>/dev/null && pwd)" || { echo "test-gpu.sh: no build directory '$build'"$'\n'"$usage" >&2; exit 2; }
+  given=$build
+  build="$(cd "$build" 2>/dev/null && pwd)" || { echo "test-gpu.sh: no build directory '$given'"$'\n'"$usage" >&2; exit 2; }
   train="$build/apps/tessera-train/tessera-train" demo="$build/apps/tessera-collectives/tessera-collectives"
   bench="$build/perf/tessera-bench-train"
 fi
