@@ -246,7 +246,7 @@ int main(int argc, char** argv) {
       const auto bias_counts = kernels::gemm_bias_counts();
       if (kernels::gemm_bias_epilogue_requested())
         std::printf(
-            "# Linear biases (TESSERA_GEMM_BIAS_EPILOGUE=1): %llu GEMMs added theirs in cuBLASLt's epilogue, "
+            "# Linear biases (TESSERA_GEMM_BIAS_EPILOGUE): %llu GEMMs added theirs in cuBLASLt's epilogue, "
             "%llu in a pass after the GEMM\n",
             static_cast<unsigned long long>(bias_counts.epilogue),
             static_cast<unsigned long long>(bias_counts.separate));

@@ -4,11 +4,14 @@ tessera-bench-train times its own (per layer forward x W^T and backward dy^T x; 
 every layer but the first), each with the right shapes, once per timed and warm-up step.
 With a tessera-bench-train as well, its runs with the Linear biases after the GEMM and in
 the epilogue must set TESSERA_GEMM_BIAS_EPILOGUE as asked, and the benchmark must report
-which way its biases went (on the host: all after the GEMM, the epilogue being cuBLASLt's).
+which way its biases went (on the host: all after the GEMM, the epilogue being cuBLASLt's);
+with the variable unset (even where the caller's environment sets it), the build's default:
+the epilogue in a CUDA build, none in a host build.
 
 Usage: python3 tests/check_compare_pytorch_gpu.py perf/compare_pytorch_gpu.py [tessera-bench-train]
 """
 import importlib.util
+import os
 import sys
 import types
 
@@ -52,16 +55,18 @@ if not seconds > 0:
 bias_ways = ""
 if len(sys.argv) > 2:
     run = types.SimpleNamespace(bench=sys.argv[2], layers=2, dim=16, batch=8, steps=3, warmup=1, quiet=True)
-    for epilogue in (False, True):
+    os.environ["TESSERA_GEMM_BIAS_EPILOGUE"] = "0"  # tessera_run must unset it for the default
+    for epilogue in (False, True, None):
         config = compare.tessera_run(run, epilogue)["config"]
         got = (config["gemm_bias_epilogue_requested"], config["gemm_bias_in_epilogue"] > 0,
                config["gemm_bias_separate"] > 0)
         device = config["memory"] == "device"
-        want = (epilogue, epilogue and device, not (epilogue and device))
+        asked = device if epilogue is None else epilogue
+        want = (asked, asked and device, not (asked and device))
         if got != want:
             problems.append(f"bias epilogue {epilogue}: the benchmark reports (requested, any in the epilogue, any "
                             f"after) = {got}, expected {want}")
-        bias_ways += f"; epilogue {'on' if epilogue else 'off'}: {config['gemm_bias_in_epilogue']} GEMMs with it, " \
+        bias_ways += f"; epilogue {({True: 'on', False: 'off', None: 'unset'})[epilogue]}: {config['gemm_bias_in_epilogue']} GEMMs with it, " \
                      f"{config['gemm_bias_separate']} after"
 if problems:
     sys.exit("check_compare_pytorch_gpu.py: " + "; ".join(problems))

@@ -38,7 +38,8 @@ struct GemmBiasCounts {
 GemmBiasCounts gemm_bias_counts();
 
 /// Whether BiasAdd::Auto asks for the epilogue: TESSERA_GEMM_BIAS_EPILOGUE, read once
-/// (0 or unset: no; 1: yes; anything else is a ConfigError).
+/// (1: yes; 0: no; unset: yes in a build whose GEMMs run in GPU memory, no in a host build;
+/// anything else is a ConfigError).
 bool gemm_bias_epilogue_requested();
 
 /// Reads TESSERA_GEMM_BIAS_EPILOGUE now, so that a bad value stops a run before its first
