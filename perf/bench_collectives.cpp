@@ -456,7 +456,16 @@ int main(int argc, char** argv) {
                         std::to_string(dtype_size(dtype)) + " bytes); give at least -b " +
                         std::to_string(dtype_size(dtype)));
     // The results file is checked before any work.
-    if (!json_path.empty()) apps::check_on_rank0(session, [&] { return apps::cannot_write("--json", json_path); });
+    // Messages name the results file's flag as typed: --json, or nccl-tests' -J/--output_file.
+    std::string json_flag = "--json";
+    for (int a = 1; a < argc; ++a) {
+      const std::string arg = argv[a];
+      if (arg == "--") break;
+      for (const char* name : {"--json", "--output_file"})
+        if (arg == name || arg.rfind(std::string(name) + "=", 0) == 0) json_flag = name;
+      if (arg.rfind("-J", 0) == 0) json_flag = "-J";
+    }
+    if (!json_path.empty()) apps::check_on_rank0(session, [&] { return apps::cannot_write(json_flag, json_path); });
     std::vector<std::string> ops = op_name == "all" ? kOps : std::vector<std::string>{op_name};
     for (const auto& o : ops)
       if (std::find(kOps.begin(), kOps.end(), o) == kOps.end())
@@ -637,7 +646,7 @@ int main(int argc, char** argv) {
     MPI_Comm_free(&sync);
     if (leader) {
       if (!json_path.empty()) {
-        apps::OutputFile file("--json", json_path);
+        apps::OutputFile file(json_flag, json_path);
         file.stream() << out.dump(2) << "\n";
         file.commit();
         std::printf("# results written to %s\n", json_path.c_str());
