@@ -466,6 +466,9 @@ int main(int argc, char** argv) {
       if (arg.rfind("-J", 0) == 0) json_flag = "-J";
     }
     if (!json_path.empty()) apps::check_on_rank0(session, [&] { return apps::cannot_write(json_flag, json_path); });
+    if (session.rank() == 0)
+      for (const auto& note : apps::leftover_copy_notes({{json_flag, json_path}}))
+        std::fprintf(stderr, "tessera-bench-collectives: note: %s\n", note.c_str());
     std::vector<std::string> ops = op_name == "all" ? kOps : std::vector<std::string>{op_name};
     for (const auto& o : ops)
       if (std::find(kOps.begin(), kOps.end(), o) == kOps.end())

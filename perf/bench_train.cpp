@@ -78,6 +78,9 @@ int main(int argc, char** argv) {
       return apps::same_file_twice({{"--json", json_path}},
                                    {{"--config", config_path}, {"--data.source", c.data == "synthetic" ? "" : c.data}});
     });
+    if (session.rank() == 0)
+      for (const auto& note : apps::leftover_copy_notes({{"--json", json_path}}))
+        std::fprintf(stderr, "tessera-bench-train: note: %s\n", note.c_str());
     auto comm = comm::Communicator::create(comm::parse_backend(flags.backend));
     train::Trainer trainer(c, *comm);
     // The floor (GEMMs + optimizer + all-reduces alone) is defined for DDP without tensor

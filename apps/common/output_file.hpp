@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -74,6 +75,46 @@ inline std::string same_file_twice(const std::vector<std::pair<std::string, std:
         return flag + " '" + path + "' is the " + input_flag + " file this run reads; give it a name of its own";
   }
   return {};
+}
+
+/// Copies beside `path`'s target named as OutputFile and model files name theirs
+/// (`NAME.tmp.PID`): a run that was killed outright (SIGKILL, a lost node) could not remove
+/// its copy. Sorted by name.
+inline std::vector<std::filesystem::path> leftover_copies(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::vector<fs::path> found;
+  std::error_code ec;
+  const fs::path target = write_target(path);
+  const std::string prefix = target.filename().string() + ".tmp.";
+  const fs::path dir = target.parent_path();  // named as the user named it: "m.jsonl.tmp.7", not "./m.jsonl.tmp.7"
+  for (fs::directory_iterator it(dir.empty() ? fs::path(".") : dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.size() > prefix.size() && name.compare(0, prefix.size(), prefix) == 0 &&
+        name.find_first_not_of("0123456789", prefix.size()) == std::string::npos && it->is_regular_file(ec))
+      found.push_back(dir / name);
+  }
+  std::sort(found.begin(), found.end());
+  return found;
+}
+
+/// One note per output file (`outputs`: flag and path; empty paths are not given) that has
+/// such copies beside it, for an app to print: they are not the run's and it leaves them be.
+inline std::vector<std::string> leftover_copy_notes(const std::vector<std::pair<std::string, std::string>>& outputs) {
+  std::vector<std::string> notes;
+  for (const auto& [flag, path] : outputs) {
+    if (path.empty()) continue;
+    const auto copies = leftover_copies(path);
+    if (copies.empty()) continue;
+    std::string names;
+    for (const auto& c : copies) names += (names.empty() ? "'" : ", '") + c.string() + "'";
+    const char* it = copies.size() == 1 ? "it" : "them";
+    notes.push_back(flag + " '" + path + "': " + names +
+                    (copies.size() == 1 ? " is an unfinished copy" : " are unfinished copies") +
+                    " left behind by a run that was killed before it could clean up (SIGKILL, a lost node); "
+                    "this run neither uses nor removes " +
+                    it + ": unless another run is writing '" + path + "' now, remove " + it);
+  }
+  return notes;
 }
 
 /// A file an app writes as it runs (e.g. one metrics line per step). A new file is written in

@@ -91,6 +91,10 @@ int main(int argc, char** argv) {
       return apps::same_file_twice({{"--metrics", metrics_path}, {"--trace", trace_path}, {"--save", save_path}},
                                    {{"--config", config_path}, {"--data.source", c.data == "synthetic" ? "" : c.data}});
     });
+    if (root)
+      for (const auto& note :
+           apps::leftover_copy_notes({{"--metrics", metrics_path}, {"--trace", trace_path}, {"--save", save_path}}))
+        std::fprintf(stderr, "tessera-train: note: %s\n", note.c_str());
     auto comm = comm::Communicator::create(comm::parse_backend(flags.backend));
     train::Trainer trainer(c, *comm);
     std::unique_ptr<apps::OutputFile> metrics_file;
