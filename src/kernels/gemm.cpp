@@ -82,7 +82,7 @@ bool gemm_bias_epilogue_requested() {
   static const bool requested = [] {
     const char* v = std::getenv("TESSERA_GEMM_BIAS_EPILOGUE");
     // Unset, a build whose GEMMs run in GPU memory takes the epilogue (measured faster on an
-    // H200: docs/strategies.md), and a host build has none to take.
+    // H200 and an H100: docs/strategies.md), and a host build has none to take.
     if (v == nullptr || *v == '\0') return memory_kind_of_space<DeviceMemorySpace>() == MemoryKind::Device;
     if (std::string(v) == "0") return false;
     if (std::string(v) == "1") return true;
