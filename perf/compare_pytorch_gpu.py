@@ -7,8 +7,8 @@ same 3 L - 1 GEMMs alone as torch.mm, so that a gap can be told to be the GEMMs'
 rest's. With --bias-epilogue both (the default) Tessera runs twice a round: with its Linear
 biases added in cuBLASLt's GEMM epilogue, as PyTorch's Linear adds them (Tessera's default
 on a GPU, TESSERA_GEMM_BIAS_EPILOGUE=1), and in a pass after each GEMM
-(TESSERA_GEMM_BIAS_EPILOGUE=0). All alternate for --rounds rounds in one run; each keeps its
-best median, and the JSON also holds every round's. Writes JSON.
+(TESSERA_GEMM_BIAS_EPILOGUE=0), the two in turn first. All alternate for --rounds rounds in
+one run; each keeps its best median, and the JSON also holds every round's. Writes JSON.
 
 Usage (a CUDA build of Tessera, on a machine with a GPU and PyTorch):
   python3 perf/compare_pytorch_gpu.py --bench build-cuda/perf/tessera-bench-train \\
@@ -149,9 +149,10 @@ def main():
     # The default way (the epilogue) first: it is the one the headline ratios are of.
     variants = {"off": [False], "on": [True], "both": [True, False]}[args.bias_epilogue]
     best, torch_best, torch_gemm, rounds = {}, None, None, []
-    for _ in range(args.rounds):
+    for r in range(args.rounds):
         this_round = {}
-        for epilogue in variants:
+        # Each round swaps the two ways' order, so that neither always runs first.
+        for epilogue in variants if r % 2 == 0 else variants[::-1]:
             t = tessera_run(args, epilogue)
             this_round["tessera_bias_epilogue" if epilogue else "tessera_bias_after"] = t["median_s"]["step"]
             if epilogue not in best or t["median_s"]["step"] < best[epilogue]["median_s"]["step"]:

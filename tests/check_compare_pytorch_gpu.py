@@ -55,7 +55,8 @@ if not seconds > 0:
 bias_ways = ""
 if len(sys.argv) > 2:
     run = types.SimpleNamespace(bench=sys.argv[2], layers=2, dim=16, batch=8, steps=3, warmup=1, quiet=True)
-    os.environ["TESSERA_GEMM_BIAS_EPILOGUE"] = "0"  # tessera_run must unset it for the default
+    # tessera_run must unset it for the default: left at 1, a host build would report it requested.
+    os.environ["TESSERA_GEMM_BIAS_EPILOGUE"] = "1"
     for epilogue in (False, True, None):
         config = compare.tessera_run(run, epilogue)["config"]
         got = (config["gemm_bias_epilogue_requested"], config["gemm_bias_in_epilogue"] > 0,

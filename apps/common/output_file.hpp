@@ -89,8 +89,9 @@ inline std::vector<std::filesystem::path> leftover_copies(const std::string& pat
   const fs::path dir = target.parent_path();  // named as the user named it: "m.jsonl.tmp.7", not "./m.jsonl.tmp.7"
   for (fs::directory_iterator it(dir.empty() ? fs::path(".") : dir, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
+    std::error_code entry;  // an entry that cannot be read (renamed meanwhile) ends nothing but itself
     if (name.size() > prefix.size() && name.compare(0, prefix.size(), prefix) == 0 &&
-        name.find_first_not_of("0123456789", prefix.size()) == std::string::npos && it->is_regular_file(ec))
+        name.find_first_not_of("0123456789", prefix.size()) == std::string::npos && it->is_regular_file(entry))
       found.push_back(dir / name);
   }
   std::sort(found.begin(), found.end());

@@ -19,7 +19,7 @@ void add_bias(const View2D<float>& y, const View1D<const float>& b);
 
 /// Where gemm_bias adds its bias.
 enum class BiasAdd {
-  Auto,      ///< Epilogue where TESSERA_GEMM_BIAS_EPILOGUE=1, otherwise Separate
+  Auto,      ///< Epilogue unless TESSERA_GEMM_BIAS_EPILOGUE=0 (gemm_bias_epilogue_requested())
   Epilogue,  ///< in cuBLASLt's epilogue as C is written, where C is in CUDA memory and
              ///< cuBLASLt has an algorithm for the shape and alignment; otherwise Separate
   Separate,  ///< the GEMM, then a pass of its own over C
@@ -38,8 +38,8 @@ struct GemmBiasCounts {
 GemmBiasCounts gemm_bias_counts();
 
 /// Whether BiasAdd::Auto asks for the epilogue: TESSERA_GEMM_BIAS_EPILOGUE, read once
-/// (1: yes; 0: no; unset: yes in a build whose GEMMs run in GPU memory, no in a host build;
-/// anything else is a ConfigError).
+/// (1: yes; 0: no; unset or empty: yes in a build whose GEMMs run in GPU memory, no in a
+/// host build; anything else is a ConfigError).
 bool gemm_bias_epilogue_requested();
 
 /// Reads TESSERA_GEMM_BIAS_EPILOGUE now, so that a bad value stops a run before its first

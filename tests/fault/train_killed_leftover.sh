@@ -24,7 +24,7 @@ printf 'not a copy\n' > m.jsonl.tmp.x1
 cat out2.txt
 grep -qF "tessera-train: note: --metrics 'm.jsonl': '$copy' is an unfinished copy left behind by a run that was killed" out2.txt ||
   fail "no note names $copy"
-grep -q "x1" out2.txt && fail "the note names m.jsonl.tmp.x1, which no run wrote"
+grep -qF "m.jsonl.tmp.x1" out2.txt && fail "the note names m.jsonl.tmp.x1, which no run wrote"
 [ -f "$copy" ] && [ -f m.jsonl.tmp.x1 ] || fail "a copy was removed"
 [ "$(wc -l < m.jsonl)" -eq 3 ] || fail "m.jsonl does not hold the second run's 3 steps"
 echo "train_killed_leftover.sh: passed"
