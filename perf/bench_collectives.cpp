@@ -508,11 +508,7 @@ int main(int argc, char** argv) {
                       {"kokkos_space", info.kokkos_space}};
     // -T: how long any one call may take (TESSERA_COMM_TIMEOUT's, or 10 minutes, without it).
     comm::CommOptions comm_options = comm::CommOptions::from_env();
-    if (timeout_s) {
-      // As TESSERA_COMM_TIMEOUT is read: to the nearest millisecond, and at least 1 ms unless 0.
-      const auto ms = static_cast<long long>(std::llround(*timeout_s * 1000));
-      comm_options.timeout = std::chrono::milliseconds(*timeout_s > 0 ? std::max(ms, 1LL) : 0);
-    }
+    if (timeout_s) comm_options.timeout = comm::CommOptions::timeout_from_seconds(*timeout_s);  // as the variable
     out["settings"] = {{"iters", iters},
                        {"warmup_iters", warmup},
                        {"rounds", rounds},

@@ -331,8 +331,8 @@ int main(int argc, char** argv) {
               // TESSERA_GEMM_BIAS_EPILOGUE, and how the run's Linear biases were added: in
               // cuBLASLt's epilogue or in a pass after the GEMM (GEMM calls of each kind).
               {"gemm_bias_epilogue_requested", kernels::gemm_bias_epilogue_requested()},
-              {"gemm_bias_in_epilogue", kernels::gemm_bias_counts().epilogue},
-              {"gemm_bias_separate", kernels::gemm_bias_counts().separate},
+              {"gemm_bias_in_epilogue", bias_counts.epilogue},
+              {"gemm_bias_separate", bias_counts.separate},
               {"overlap_backward", ddp_strategy != nullptr ? nlohmann::json(during_backward) : nlohmann::json(nullptr)},
               {"steps", steps},
               {"rounds", rounds}}},

@@ -67,6 +67,11 @@ ReduceOp parse_reduce_op(const std::string& name) {
   throw ConfigError("unknown reduce op '" + name + "'; use sum, prod, min, max or avg");
 }
 
+std::chrono::milliseconds CommOptions::timeout_from_seconds(double seconds) {
+  const auto ms = static_cast<long long>(std::llround(seconds * 1000));
+  return std::chrono::milliseconds(seconds > 0 ? std::max(ms, 1LL) : 0LL);
+}
+
 CommOptions CommOptions::from_env() {
   CommOptions options;
   if (const char* t = std::getenv("TESSERA_COMM_TIMEOUT"); t != nullptr && *t != '\0') {
@@ -77,9 +82,7 @@ CommOptions CommOptions::from_env() {
                         "' is not a number of seconds >= 0 (0 disables the timeout)");
     if (seconds > 3.0e7)
       throw ConfigError(std::string("TESSERA_COMM_TIMEOUT='") + t + "' is more than a year; use 0 to wait forever");
-    // Any positive value is at least a millisecond: a tiny timeout must not mean "none".
-    const auto ms = static_cast<long long>(std::llround(seconds * 1000));
-    options.timeout = std::chrono::milliseconds(seconds > 0 ? std::max(ms, 1LL) : 0LL);
+    options.timeout = timeout_from_seconds(seconds);
   }
   if (const char* c = std::getenv("TESSERA_COMM_CHECK"); c != nullptr && *c != '\0') {
     const std::string v = lower(c);

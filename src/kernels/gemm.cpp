@@ -81,8 +81,8 @@ void add_bias(const View2D<float>& y, const View1D<const float>& b) {
 bool gemm_bias_epilogue_requested() {
   static const bool requested = [] {
     const char* v = std::getenv("TESSERA_GEMM_BIAS_EPILOGUE");
-    // Unset (or empty), a build whose GEMMs run in GPU memory takes the epilogue (measured faster on an
-    // H200 and an H100: docs/strategies.md), and a host build has none to take.
+    // Unset (or empty), a build whose GEMMs run in GPU memory takes the epilogue (measured
+    // faster on an H200 and an H100: docs/strategies.md), and a host build has none to take.
     if (v == nullptr || *v == '\0') return memory_kind_of_space<DeviceMemorySpace>() == MemoryKind::Device;
     if (std::string(v) == "0") return false;
     if (std::string(v) == "1") return true;

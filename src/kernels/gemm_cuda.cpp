@@ -192,8 +192,8 @@ bool gemm_bias_device(bool ta, bool tb, int m, int n, int k, const float* a, int
   const cublasStatus_t rc = cublasLtMatmul(lt.handle, plan.desc, &alpha, b, plan.a, a, plan.b, &beta, c, plan.c, c,
                                            plan.c, &plan.algo, lt.workspace, plan.workspace, kokkos_stream());
   if (rc == CUBLAS_STATUS_NOT_SUPPORTED || rc == CUBLAS_STATUS_INVALID_VALUE || rc == CUBLAS_STATUS_ARCH_MISMATCH) {
-    // Refused before anything ran (seen for some alignments on Hopper): the separate pass,
-    // from now on for this shape.
+    // Refused before anything ran (the heuristic's algorithm may still be turned down at
+    // the call): the separate pass, from now on for this shape.
     plan.supported = false;
     return false;
   }

@@ -84,6 +84,9 @@ struct CommOptions {
   std::string name = "world";
   /// Reads TESSERA_COMM_TIMEOUT and TESSERA_COMM_CHECK; throws ConfigError on bad values.
   static CommOptions from_env();
+  /// A limit of `seconds` (>= 0) as a timeout: to the nearest millisecond, and at least 1 ms
+  /// unless 0 (which disables it), so that a tiny limit never means none.
+  static std::chrono::milliseconds timeout_from_seconds(double seconds);
 };
 
 }  // namespace tessera::comm
