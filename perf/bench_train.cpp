@@ -1,8 +1,10 @@
 // tessera-bench-train: where the time of a training step goes (forward, backward, exposed
 // communication, optimizer) for any strategy tessera-train runs (the same --model.*,
 // --train.*, --parallel.*, --zero.* and --comm.* flags), what each rank keeps in memory and
-// sends, and how the step compares with its GEMMs alone and (DDP) with the floor of GEMMs +
-// optimizer + all-reduces each run alone, all timed in the same run on every rank at once.
+// sends, and how the step compares with its GEMMs alone, (DDP) with the floor of GEMMs +
+// optimizer + all-reduces each run alone, and with its GEMMs plus every byte its
+// memory-bound passes (GELU, bias gradients, loss, optimizer) move at the speed of a copy.
+// All timed in the same run on every rank at once.
 //
 //   mpiexec -n 2 tessera-bench-train [--parallel.zero 0] [--model.dim 1024] [--bench.steps 30] --json FILE
 
@@ -19,6 +21,7 @@
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "../apps/common/app_main.hpp"
@@ -52,8 +55,10 @@ int main(int argc, char** argv) {
   app.add_option("--bench.warmup", warmup, "untimed steps first")
       ->capture_default_str()
       ->check(tessera::apps::whole(0, 100000));
-  app.add_option("--bench.rounds", rounds,
-                 "rounds that each time a share of the steps, then the GEMMs, optimizer and all-reduces alone")
+  app.add_option(
+         "--bench.rounds", rounds,
+         "rounds that each time a share of the steps, then the GEMMs, optimizer, all-reduces, memory-bound passes "
+         "and a copy alone")
       ->capture_default_str()
       ->check(tessera::apps::whole(1, 1000));
   app.add_option("--json", json_path, "write the results as JSON")->option_text("FILE");
@@ -146,11 +151,78 @@ int main(int argc, char** argv) {
     View1D<float> values("values", numel), grads("grads", numel);
     Kokkos::deep_copy(values, 0.5f);
     Kokkos::deep_copy(grads, 0.01f);
+    // The step's optimizer (SGD with its momentum buffer where the step has one).
     std::unique_ptr<optim::Optimizer> optimizer;
-    if (c.optimizer == "sgd")
-      optimizer = std::make_unique<optim::SGD>(values, grads, optim::SGDOptions{});
-    else
+    double optimizer_bytes = 0;  // what one update reads and writes
+    if (c.optimizer == "sgd") {
+      optim::SGDOptions o;
+      o.momentum = c.momentum;
+      optimizer = std::make_unique<optim::SGD>(values, grads, o);
+      optimizer_bytes = static_cast<double>(numel) * sizeof(float) * (c.momentum > 0 ? 5 : 3);
+    } else {
       optimizer = std::make_unique<optim::AdamW>(values, grads, optim::AdamWOptions{});
+      optimizer_bytes = static_cast<double>(numel) * sizeof(float) * 7;  // reads p, g, m, v; writes p, m, v
+    }
+
+    // The step's other memory-bound passes, each alone, in the step's order, over buffers of
+    // the step's shapes and of their own per layer: GELU forward after every layer but the
+    // model's last, GELU backward, every layer's bias gradient (the same GEMV as the step's)
+    // and, where this rank holds the model's last layer, the loss. With the bytes each must
+    // move, and a copy timed the same way, they say how near the memory's bandwidth each
+    // runs, and what a step whose every memory-bound byte moved at the copy's speed would take.
+    const bool host_memory = memory_kind_of_space<DeviceMemorySpace>() == MemoryKind::Host;
+    struct PassLayer {
+      std::size_t out = 0;
+      bool gelu = false;  // a GELU follows the layer
+      View2D<float> pre, dy, bias_grad;
+      std::unique_ptr<nn::GELU> act;
+    };
+    std::vector<PassLayer> pass_layers;
+    bool last_layer = false;
+    double pass_bytes[4] = {};  // GELU forward, GELU backward, bias gradients, loss
+    // Per element, what a GELU pass reads and writes: on a CPU, forward also writes Phi(x) and
+    // backward reads it; a GPU computes it again.
+    const double gelu_forward_bytes = host_memory ? 12 : 8, gelu_backward_bytes = host_memory ? 16 : 12;
+    for (const auto& p : trainer.parameters().parameters()) {
+      if (p.shape.size() != 2) continue;
+      const std::size_t index = std::stoul(p.name.substr(p.name.find('.') + 1));  // "layers.<i>.weight"
+      PassLayer l;
+      l.out = static_cast<std::size_t>(p.held_shape()[0]);
+      l.gelu = index + 1 < c.layers;
+      last_layer = last_layer || !l.gelu;
+      l.pre = View2D<float>("pre", b, l.out);
+      Kokkos::deep_copy(l.pre, 0.5f);
+      l.dy = View2D<float>("dy", b, l.out);
+      Kokkos::deep_copy(l.dy, 0.01f);
+      l.bias_grad = View2D<float>("bias_grad", l.out, 1);
+      if (l.gelu) l.act = std::make_unique<nn::GELU>();
+      const double elements = static_cast<double>(b) * static_cast<double>(l.out);
+      if (l.gelu) {
+        pass_bytes[0] += elements * gelu_forward_bytes;
+        pass_bytes[1] += elements * gelu_backward_bytes;
+      }
+      pass_bytes[2] += (elements + static_cast<double>(b + l.out)) * sizeof(float);  // dy, the ones, the gradient
+      pass_layers.push_back(std::move(l));
+    }
+    View2D<float> ones("ones", b, 1), target, loss_grad;
+    Kokkos::deep_copy(ones, 1.0f);
+    View1D<std::int64_t> labels;
+    const bool labelled = trainer.dataset().has_labels();
+    if (last_layer) {
+      const std::size_t out = pass_layers.back().out;
+      loss_grad = View2D<float>("loss_grad", b, out);
+      if (labelled) {
+        labels = View1D<std::int64_t>("labels", b);  // class 0: every label valid
+      } else {
+        target = View2D<float>("target", b, out);
+        Kokkos::deep_copy(target, 0.25f);
+      }
+      // MSE reads the output and the target and writes the gradient; cross-entropy reads each
+      // row of logits from memory once (its three passes over a row hit the cache) and writes it.
+      pass_bytes[3] = static_cast<double>(b) * static_cast<double>(out) * sizeof(float) * (labelled ? 2 : 3);
+    }
+    const double copy_bytes = 2.0 * static_cast<double>(numel) * sizeof(float);
+    std::vector<double> pass_alone[4], copy_alone;
 
     auto gemms = [&](bool keep) {
       MPI_Barrier(MPI_COMM_WORLD);
@@ -185,12 +257,48 @@ int main(int argc, char** argv) {
         comm->all_reduce(View1D<float>(grads.data() + bucket.offset, bucket.numel), comm::ReduceOp::Sum);
       if (keep) comm_alone.push_back(seconds(t0, Clock::now()));
     };
+    auto passes_alone = [&](bool keep) {
+      MPI_Barrier(MPI_COMM_WORLD);
+      Clock::time_point t[5];
+      t[0] = Clock::now();
+      for (auto& l : pass_layers)
+        if (l.gelu) l.act->forward(l.pre);
+      Kokkos::fence();
+      t[1] = Clock::now();
+      for (std::size_t k = pass_layers.size(); k-- > 0;)
+        if (pass_layers[k].gelu) pass_layers[k].act->backward(pass_layers[k].dy);
+      Kokkos::fence();
+      t[2] = Clock::now();
+      for (auto& l : pass_layers)
+        kernels::gemm(kernels::Trans::Yes, kernels::Trans::No, 1.0f, l.dy, ones, 0.0f, l.bias_grad);
+      Kokkos::fence();
+      t[3] = Clock::now();
+      if (last_layer) {
+        if (labelled)
+          nn::cross_entropy_loss(pass_layers.back().pre, labels, loss_grad);
+        else
+          nn::mse_loss(pass_layers.back().pre, target, loss_grad);
+      }
+      Kokkos::fence();
+      t[4] = Clock::now();
+      if (keep)
+        for (int k = 0; k < 4; ++k) pass_alone[k].push_back(seconds(t[k], t[k + 1]));
+    };
+    auto copy = [&](bool keep) {
+      MPI_Barrier(MPI_COMM_WORLD);
+      const auto t0 = Clock::now();
+      Kokkos::deep_copy(values, grads);
+      Kokkos::fence();
+      if (keep) copy_alone.push_back(seconds(t0, Clock::now()));
+    };
     // Each part is timed in every round, one after the other, so that a change in what else
     // the machine runs touches the step and its floor alike.
-    for (int s = 0; s < warmup; ++s) {
+    for (int s = 0; s < std::max(warmup, 1); ++s) {  // once at least: GELU allocates in its first pass
       gemms(false);
       optimizer_alone(false);
       all_reduces_alone(false);
+      passes_alone(false);
+      copy(false);
     }
     for (int r = 0, done = 0; r < rounds; ++r) {
       const int n = (steps - done) / (rounds - r);
@@ -199,7 +307,10 @@ int main(int argc, char** argv) {
       for (int s = 0; s < n; ++s) gemms(true);
       for (int s = 0; s < n; ++s) optimizer_alone(true);
       for (int s = 0; s < n; ++s) all_reduces_alone(true);
+      for (int s = 0; s < n; ++s) passes_alone(true);
+      for (int s = 0; s < n; ++s) copy(true);
     }
+    pass_layers.clear();
     acts.clear();
     ws.clear();
     dws.clear();
@@ -211,6 +322,19 @@ int main(int argc, char** argv) {
                       median(other), median(gemm), median(gemm_fwd), median(opt_alone), ddp ? median(comm_alone) : 0,
                       median(idle)};
     MPI_Allreduce(MPI_IN_PLACE, med, 11, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    // The memory-bound parts: the slowest rank's medians and the most bytes a rank moves.
+    // 0 GELU forward, 1 GELU backward, 2 bias gradients, 3 loss, 4 optimizer, 5 copy.
+    double mem_s[6] = {
+        median(pass_alone[0]), median(pass_alone[1]), median(pass_alone[2]), median(pass_alone[3]), med[8],
+        median(copy_alone)};
+    double mem_bytes[6] = {pass_bytes[0], pass_bytes[1], pass_bytes[2], pass_bytes[3], optimizer_bytes, copy_bytes};
+    MPI_Allreduce(MPI_IN_PLACE, mem_s, 6, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Allreduce(MPI_IN_PLACE, mem_bytes, 6, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    const char* mem_names[6] = {"gelu_forward", "gelu_backward", "bias_grad", "loss", "optimizer", "copy"};
+    const double copy_rate = mem_bytes[5] / mem_s[5];
+    double memory_bound_bytes = 0;  // every byte the step must move outside its GEMMs
+    for (int k = 0; k < 5; ++k) memory_bound_bytes += mem_bytes[k];
+    const double copy_speed_step = med[6] + memory_bound_bytes / copy_rate;
     // Memory and traffic of the rank that holds and sends the most.
     double bytes[6] = {static_cast<double>(last.model_state_bytes),
                        static_cast<double>(last.working_bytes),
@@ -233,6 +357,29 @@ int main(int argc, char** argv) {
                                    ? dynamic_cast<const parallel::DistributedDataParallel*>(&trainer.strategy())
                                    : nullptr;
     const bool during_backward = ddp_strategy != nullptr && ddp_strategy->overlaps_backward();
+    const auto rate_text = [](double bytes_per_s) {
+      char text[32];
+      if (bytes_per_s >= 1e12)
+        std::snprintf(text, sizeof text, "%.2f TB/s", bytes_per_s / 1e12);
+      else
+        std::snprintf(text, sizeof text, "%.1f GB/s", bytes_per_s / 1e9);
+      return std::string(text);
+    };
+    // Bytes moved by each memory-bound part (per rank, the most), and its speed as a share of
+    // the copy's.
+    const auto memory_bound_json = [&] {
+      nlohmann::json bytes_json, share;
+      for (int k = 0; k < 6; ++k) {
+        bytes_json[mem_names[k]] = mem_bytes[k];
+        if (k < 5)
+          share[mem_names[k]] =
+              mem_bytes[k] > 0 ? nlohmann::json(mem_bytes[k] / mem_s[k] / copy_rate) : nlohmann::json(nullptr);
+      }
+      return nlohmann::json{{"copy_bytes_per_s", copy_rate},
+                            {"bytes", bytes_json},
+                            {"total_bytes", memory_bound_bytes},
+                            {"over_copy_bandwidth", share}};
+    };
     if (session.rank() == 0) {
       std::printf(
           "# tessera-bench-train: %d ranks (%s, %s), MLP %zu x %zu, global batch %lld, %s%s, grads %s, %d steps, "
@@ -285,6 +432,15 @@ int main(int argc, char** argv) {
             bubble, per_rank.c_str(), c.schedule.c_str(), c.microbatches, c.pp,
             (c.pp - 1.0) / (c.microbatches + c.pp - 1.0));
       }
+      std::printf("  memory-bound passes alone (a copy moves %s here):\n", rate_text(copy_rate).c_str());
+      const char* labels[5] = {"GELU forward", "GELU backward", "bias gradients", "loss", "optimizer"};
+      for (int k = 0; k < 5; ++k)
+        if (mem_bytes[k] > 0)
+          std::printf("    %-16s %9.2f ms  %8.1f MB, %s, %.2f x the copy's\n", labels[k], mem_s[k] * 1e3,
+                      mem_bytes[k] / 1e6, rate_text(mem_bytes[k] / mem_s[k]).c_str(),
+                      mem_bytes[k] / mem_s[k] / copy_rate);
+      std::printf("  at the copy's speed: GEMMs + those %.1f MB = %.2f ms = %.3f x GEMMs; the step is %.3f x that\n",
+                  memory_bound_bytes / 1e6, copy_speed_step * 1e3, copy_speed_step / med[6], med[0] / copy_speed_step);
       const auto mib = [](double b) { return b / (1024.0 * 1024.0); };
       std::printf(
           "  per rank (most):   model state %.1f MiB, working buffers %.1f MiB, peak resident %.1f MiB, "
@@ -347,7 +503,13 @@ int main(int argc, char** argv) {
               {"gemm_only", med[6]},
               {"gemm_forward_only", med[7]},
               {"optimizer_only", med[8]},
-              {"all_reduce_only", ddp ? nlohmann::json(med[9]) : nlohmann::json(nullptr)}}},
+              {"all_reduce_only", ddp ? nlohmann::json(med[9]) : nlohmann::json(nullptr)},
+              {"gelu_forward_only", mem_s[0]},
+              {"gelu_backward_only", mem_s[1]},
+              {"bias_grad_only", mem_s[2]},
+              {"loss_only", mem_s[3]},
+              {"copy_only", mem_s[5]}}},
+            {"memory_bound", memory_bound_json()},
             {"bytes_per_rank_max",
              {{"model_state", bytes[0]},
               {"working", bytes[1]},
@@ -361,7 +523,9 @@ int main(int argc, char** argv) {
             {"exposed_fraction", med[3] / med[0]},
             {"step_over_gemm", med[0] / med[6]},
             {"compute_step_over_gemm", compute_step / med[6]},
-            {"floor_over_gemm", ddp ? nlohmann::json(floor / med[6]) : nlohmann::json(nullptr)}};
+            {"floor_over_gemm", ddp ? nlohmann::json(floor / med[6]) : nlohmann::json(nullptr)},
+            {"copy_speed_step_over_gemm", copy_speed_step / med[6]},
+            {"step_over_copy_speed_step", med[0] / copy_speed_step}};
         apps::OutputFile file("--json", json_path);
         file.stream() << out.dump(2) << "\n";
         file.commit();

@@ -177,6 +177,9 @@ def main():
         "tessera_step_over_gemm": m["step"] / m["gemm_only"],
         "pytorch_step_over_gemm": torch_best / torch_gemm,
         "tessera_gemm_over_pytorch_gemm": m["gemm_only"] / torch_gemm,
+        # Tessera's GEMMs plus every byte its memory-bound passes move, at a copy's speed on
+        # this GPU (tessera-bench-train's memory_bound): how far below 1.1 the step could go.
+        "tessera_copy_speed_step_over_gemm": tessera["copy_speed_step_over_gemm"],
         "rounds_s": rounds,
     }
     if True in best and False in best:
@@ -205,6 +208,13 @@ def main():
               f"{out['tessera_bias_after_step_over_gemm']:.3f}; the epilogue's step / this one = "
               f"{out['bias_epilogue_over_separate']:.4f} (lower in "
               f"{sum(r['tessera_bias_epilogue'] < r['tessera_bias_after'] for r in rounds)} of {len(rounds)} rounds)")
+    mb = tessera["memory_bound"]
+    shares = ", ".join(f"{name} {m[key] * 1e3:.3f} ms ({mb['over_copy_bandwidth'][part]:.2f})" for name, key, part in (
+        ("GELU forward", "gelu_forward_only", "gelu_forward"), ("GELU backward", "gelu_backward_only", "gelu_backward"),
+        ("bias gradients", "bias_grad_only", "bias_grad"), ("loss", "loss_only", "loss"),
+        ("AdamW", "optimizer_only", "optimizer")))
+    print(f"  Tessera's memory-bound passes alone (speed / a copy's {mb['copy_bytes_per_s'] / 1e12:.2f} TB/s): "
+          f"{shares}; all at the copy's speed, step / GEMMs would be {out['tessera_copy_speed_step_over_gemm']:.3f}")
     print(f"  PyTorch eager, fused AdamW: step {torch_best * 1e3:.2f} ms ({framework}); its {products} GEMMs "
           f"alone as torch.mm {torch_gemm * 1e3:.2f} ms, step / GEMMs = {out['pytorch_step_over_gemm']:.3f}")
     print(f"  Tessera / PyTorch = {out['tessera_over_pytorch']:.3f} (goal <= 1.0); "

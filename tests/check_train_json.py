@@ -22,6 +22,47 @@ if ddp:
 else:
     assert m["all_reduce_only"] is None and d["floor_over_gemm"] is None, d
 assert m["gemm_forward_only"] < m["gemm_only"], m
+# The memory-bound passes alone: their bytes follow from the model (the most any rank moves),
+# and their shares, and the step at a copy's speed, from those bytes and the medians.
+c = d["config"]
+for key in ("gelu_forward_only", "gelu_backward_only", "bias_grad_only", "loss_only", "copy_only"):
+    assert m[key] > 0, (key, m)
+mb = d["memory_bound"]
+ranks, tp, pp, layers, dim = d["machine"]["ranks"], c["tp"], c["pp"], c["layers"], c["dim"]
+rows = c["global_batch"] // (ranks // (tp * pp))  # accum 1 in these tests
+device = c["memory"] == "device"
+stage_sizes = [layers // pp + (1 if s < layers % pp else 0) for s in range(pp)]
+want = {"gelu_forward": 0, "gelu_backward": 0, "bias_grad": 0, "loss": 0}
+first = 0
+for size in stage_sizes:
+    stage = {k: 0 for k in want}
+    for i in range(first, first + size):
+        column = tp > 1 and i % 2 == 0 and i + 1 < layers  # column-split layers hold out / tp outputs
+        out = dim // tp if column else dim
+        if i + 1 < layers:  # a GELU follows
+            stage["gelu_forward"] += rows * out * (8 if device else 12)
+            stage["gelu_backward"] += rows * out * (12 if device else 16)
+        else:
+            stage["loss"] = rows * out * 12  # MSE: output and target read, gradient written
+        stage["bias_grad"] += (rows * out + rows + out) * 4
+    want = {k: max(want[k], stage[k]) for k in want}
+    first += size
+for k, v in want.items():
+    assert mb["bytes"][k] == v, (k, mb["bytes"][k], v, c)
+if c["optimizer"] == "adamw":
+    assert mb["bytes"]["optimizer"] == 3.5 * mb["bytes"]["copy"], mb  # 28 bytes per parameter, the copy 8
+rate = mb["copy_bytes_per_s"]
+assert abs(rate - mb["bytes"]["copy"] / m["copy_only"]) < 1e-9 * rate, (rate, m)
+names = {"gelu_forward": "gelu_forward_only", "gelu_backward": "gelu_backward_only", "bias_grad": "bias_grad_only",
+         "loss": "loss_only", "optimizer": "optimizer_only"}
+for k, t in names.items():
+    share = mb["bytes"][k] / m[t] / rate
+    assert abs(mb["over_copy_bandwidth"][k] - share) < 1e-9 * share, (k, mb, m)
+total = sum(mb["bytes"][k] for k in names)
+assert abs(mb["total_bytes"] - total) < 1e-6 * total, mb
+at_copy = m["gemm_only"] + total / rate
+assert abs(d["copy_speed_step_over_gemm"] - at_copy / m["gemm_only"]) < 1e-9 * at_copy, d
+assert abs(d["step_over_copy_speed_step"] - m["step"] / at_copy) < 1e-9 * d["step_over_copy_speed_step"], d
 b = d["bytes_per_rank_max"]
 assert b["model_state"] > 0 and b["peak_resident"] > b["model_state"], b
 dp = d["machine"]["ranks"] // (d["config"]["tp"] * d["config"]["pp"])
