@@ -99,6 +99,10 @@ class PendingTransfer {
   virtual void wait(const Deadline& deadline) = 0;
   /// Returns at once: true when the transfer has completed (throws if it failed).
   virtual bool test() = 0;
+  /// Stops a transfer that will not complete (it timed out or failed) before its buffer is
+  /// reused or freed: true when the backend no longer touches the buffer; false when it still
+  /// may (MPI cannot cancel a send), and the buffer must then outlive the process's use of it.
+  virtual bool stop() noexcept { return true; }
 };
 
 /// A backend: moves data for ops whose dtype it handles natively, in the memory it accepts.
@@ -126,6 +130,11 @@ class Backend {
   virtual std::unique_ptr<PendingTransfer> post(const Op& op, const Deadline& deadline) = 0;
   /// A backend of the same kind over `group` (takes ownership of it).
   virtual std::unique_ptr<Backend> make_child(MPI_Comm group, const CommOptions& options) = 0;
+  /// True when the backend runs all of a communicator's operations, collectives and
+  /// transfers alike, in the order they were issued (NCCL): a send or receive is then posted
+  /// only after the collectives queued before it on the progress thread have run, so that
+  /// its place in that order is the caller's, not the threads' race.
+  virtual bool orders_all_ops() const noexcept { return false; }
   /// Called once after a failure, so the backend can release what a stuck op holds.
   virtual void abort() noexcept {}
 };

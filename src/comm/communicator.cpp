@@ -1,5 +1,6 @@
 #include <tessera/comm/communicator.hpp>
 #include <tessera/config.hpp>
+#include <tessera/core/files.hpp>
 #include <tessera/core/session.hpp>
 #include <tessera/core/trace.hpp>
 
@@ -186,7 +187,11 @@ ArrivalReport arrivals(const std::vector<PeerStatus>& peers, const std::vector<i
 class CommState {
  public:
   CommState(std::unique_ptr<Backend> b, CommOptions o, std::string p)
-      : backend(std::move(b)), options(std::move(o)), path(std::move(p)), id(fnv1a(path)) {
+      : backend(std::move(b)),
+        options(std::move(o)),
+        path(std::move(p)),
+        id(fnv1a(path)),
+        timeout_ms(options.timeout.count()) {
     TESSERA_CHECK_MPI(MPI_Comm_rank(backend->group(), &rank));
     TESSERA_CHECK_MPI(MPI_Comm_size(backend->group(), &size));
     TESSERA_CHECK_MPI(MPI_Comm_dup(backend->group(), &fence_comm));
@@ -227,6 +232,12 @@ class CommState {
   int rank = 0;
   int size = 1;
   std::vector<int> world_ranks;
+  // The timeout, which set_timeout() may change while the progress threads read it
+  // (options.timeout is the one it was created with).
+  std::atomic<std::chrono::milliseconds::rep> timeout_ms;
+  std::chrono::milliseconds timeout() const {
+    return std::chrono::milliseconds(timeout_ms.load(std::memory_order_relaxed));
+  }
   MPI_Comm fence_comm = MPI_COMM_NULL;
   Progress progress;
   int splits = 0;
@@ -265,7 +276,8 @@ class CommState {
     Deadline deadline;
     // A copy of the buffer in the other kind of memory, for backends that cannot use its own.
     tessera::detail::StagingPool::Lease staging;
-    // Last, so it is destroyed first: a cancelled request is done before its buffer goes.
+    // Last, so it is destroyed first: a cancelled request is done before its buffer goes
+    // (a failed transfer is dropped explicitly, by drop()).
     std::unique_ptr<PendingTransfer> pending;
   };
   std::mutex transfer_mutex;
@@ -320,18 +332,40 @@ class CommState {
     w.cv.notify_all();
   }
 
+  /// Stops a transfer that failed, before its staging buffer goes back to the pool: one the
+  /// backend could not stop keeps its buffer for good (a few leaked bytes against a later
+  /// transfer's data overwritten by a send that was let go).
+  static void drop(Transfer& t) noexcept {
+    if (t.pending && !t.pending->stop()) (void)t.staging.release();
+    t.pending.reset();
+    t.staging.reset();
+  }
+
   /// Waits for a posted transfer on the calling thread (blocking send/recv).
   void finish(Transfer& t) {
-    complete(t, attempt(t.work->op, [&] {
-               t.pending->wait(t.deadline);
-               received(t);
-             }));
+    auto error = attempt(t.work->op, [&] {
+      t.pending->wait(t.deadline);
+      received(t);
+    });
+    if (error) drop(t);
+    complete(t, std::move(error));
+  }
+
+  /// Selects the communicator's GPU on a thread of its own; a failure (a CUDA error) fails
+  /// the communicator, so its ops report it, rather than ending the process from a thread.
+  void use_device(const char* thread) noexcept {
+    if (device < 0) return;
+    try {
+      tessera::detail::set_device(device);
+    } catch (const std::exception& e) {
+      fail(std::string(thread) + " could not select GPU " + std::to_string(device) + ": " + e.what());
+    }
   }
 
   /// Polls every outstanding transfer, so each completes as soon as its peer acts, in any
   /// order (waiting for them one by one could deadlock a valid exchange).
   void transfer_loop() {
-    if (device >= 0) tessera::detail::set_device(device);
+    use_device("the transfer thread");
     std::vector<Transfer> active;
     for (;;) {
       {
@@ -356,6 +390,7 @@ class CommState {
           }
         });
         if (done || error) {
+          if (error) drop(*it);
           complete(*it, std::move(error));
           it = active.erase(it);
           progressed = true;
@@ -412,7 +447,7 @@ class CommState {
   }
 
   void worker_loop() {
-    if (device >= 0) tessera::detail::set_device(device);
+    use_device("the progress thread");
     for (;;) {
       std::shared_ptr<WorkState> w;
       {
@@ -450,7 +485,7 @@ class CommState {
   /// failure handling that every backend shares.
   void run(const Op& op) {
     ensure_usable();
-    const Deadline deadline = Deadline::after(options.timeout);
+    const Deadline deadline = Deadline::after(timeout());
     // What peers' questions hear while this op runs (the watchdog answers them).
     struct Running {
       Progress& p;
@@ -505,7 +540,7 @@ class CommState {
     progress.running_op.store(static_cast<std::uint8_t>(op.type));
     progress.running_seq.store(op.coll_seq + 1);
     try {
-      fence(op, Deadline::after(options.timeout));
+      fence(op, Deadline::after(timeout()));
     } catch (const DeadlineExceeded& e) {
       progress.running_seq.store(0);
       timed_out(op, e.what);
@@ -648,7 +683,7 @@ class CommState {
   void execute_backend(const Op& op, const Deadline& deadline) {
     if (!deadline.none) {
       inside_op = op;
-      const auto grace = std::max<Clock::duration>(std::chrono::seconds(1), options.timeout / 10);
+      const auto grace = std::max<Clock::duration>(std::chrono::seconds(1), timeout() / 10);
       progress.inside_until.store((deadline.at + grace).time_since_epoch().count(), std::memory_order_release);
     }
     try {
@@ -670,7 +705,7 @@ class CommState {
     std::string message = describe(op) + ", collective #" + std::to_string(op.coll_seq) + " on communicator '" +
                           options.name + "' [" + backend_name(backend->kind()) + ", " + std::to_string(size) +
                           " ranks], has been inside the backend's call for longer than its timeout of " +
-                          seconds_text(options.timeout) +
+                          seconds_text(timeout()) +
                           ": every rank arrived at it, and one stopped or died in the middle of the transfer.";
     try {
       const auto silent = silent_ranks(Watchdog::instance().query(id, world_ranks, kQueryWait));
@@ -683,6 +718,7 @@ class CommState {
     std::fprintf(stderr, "tessera: error: %s [rank %d]\n", message.c_str(),
                  world_ranks[static_cast<std::size_t>(rank)]);
     std::fflush(stderr);
+    remove_unfinished_files();  // _Exit runs no destructor: the copies being written go now
     std::_Exit(EXIT_FAILURE);
   }
 
@@ -736,8 +772,8 @@ class CommState {
     const bool collective = is_collective(op.type);
     std::string message = describe(op) + (collective ? ", collective #" + std::to_string(op.coll_seq) : "") +
                           " on communicator '" + options.name + "' [" + backend_name(backend->kind()) + ", " +
-                          std::to_string(size) + " ranks], timed out after " + seconds_text(options.timeout) + " " +
-                          what + ".";
+                          std::to_string(size) + " ranks], timed out after " + seconds_text(timeout()) + " " + what +
+                          ".";
     const std::vector<int> ask =
         collective ? world_ranks : std::vector<int>{world_ranks[static_cast<std::size_t>(op.peer)]};
     const auto peers = Watchdog::instance().query(id, ask, kQueryWait);
@@ -825,7 +861,7 @@ void Work::wait() {
     // by far (stuck where no deadline reaches it); it is then taken off the queue unstarted,
     // so its buffers are never touched.
     auto& comm = *w.comm;
-    const auto timeout = comm.options.timeout;
+    const auto timeout = comm.timeout();
     const auto ahead = detail::Clock::time_point(detail::Clock::duration(comm.running_since.load()));
     const bool stuck = comm.running.load() && timeout.count() > 0 &&
                        detail::Clock::now() - ahead > 2 * timeout + std::chrono::seconds(10);
@@ -915,12 +951,12 @@ int Communicator::rank() const noexcept { return state_->rank; }
 int Communicator::size() const noexcept { return state_->size; }
 Backend Communicator::backend() const noexcept { return state_->backend->kind(); }
 const std::string& Communicator::name() const noexcept { return state_->options.name; }
-std::chrono::milliseconds Communicator::timeout() const noexcept { return state_->options.timeout; }
+std::chrono::milliseconds Communicator::timeout() const noexcept { return state_->timeout(); }
 void Communicator::set_timeout(std::chrono::milliseconds timeout) {
   if (timeout.count() < 0)
     throw ConfigError("tessera::comm::set_timeout: " + std::to_string(timeout.count()) +
                       " ms is negative; give a duration > 0, or 0 to wait forever");
-  state_->options.timeout = timeout;
+  state_->timeout_ms.store(timeout.count(), std::memory_order_relaxed);
 }
 bool Communicator::check_enabled() const noexcept { return state_->options.check; }
 void Communicator::set_check(bool enabled) { state_->options.check = enabled; }
@@ -952,6 +988,7 @@ std::unique_ptr<Communicator> Communicator::split(int color, int key, const std:
   TESSERA_CHECK_MPI(MPI_Comm_split(s.backend->group(), color < 0 ? MPI_UNDEFINED : color, key, &child));
   if (child == MPI_COMM_NULL) return nullptr;
   CommOptions options = s.options;
+  options.timeout = s.timeout();  // the parent's, as set_timeout() left it
   options.name = name.empty() ? s.options.name + "." + std::to_string(color) : name;
   auto backend = s.backend->make_child(child, options);
   return std::make_unique<Communicator>(std::move(backend), std::move(options),
@@ -1001,7 +1038,8 @@ Work Communicator::submit(Op op, bool async) {
   // stream than the backend's): wait for the default execution space's here, on the thread
   // that launched them. Only for that instance: a global fence would also wait for the
   // reductions already in flight on the backend's streams.
-  if (op.memory == MemoryKind::Device && !(s.runs_alone(op) && op.send.data == op.recv.data))
+  if ((op.memory == MemoryKind::Device || op.send.device_written || op.recv.device_written) &&
+      !(s.runs_alone(op) && op.send.data == op.recv.data))
     Kokkos::DefaultExecutionSpace().fence();
   if (!detail::is_collective(op.type)) return submit_transfer(op, async);
   if (!async && s.idle()) {
@@ -1021,6 +1059,11 @@ Work Communicator::submit(Op op, bool async) {
 Work Communicator::submit_transfer(Op op, bool async) {
   auto& s = *state_;
   if (op.count == 0) return {};
+  if (s.backend->orders_all_ops()) {
+    // After the collectives queued before it (each ends by its deadline), never beside them.
+    while (!s.idle()) std::this_thread::sleep_for(std::chrono::microseconds(50));
+    s.ensure_usable();
+  }
   auto w = std::make_shared<detail::WorkState>();
   w->comm = &s;
   w->started_at = detail::Clock::now();
@@ -1028,7 +1071,7 @@ Work Communicator::submit_transfer(Op op, bool async) {
   w->op = op;
   detail::CommState::Transfer t;
   t.work = w;
-  t.deadline = detail::Deadline::after(s.options.timeout);
+  t.deadline = detail::Deadline::after(s.timeout());
   Op posted = op;
   if (!s.backend->accepts(op.memory)) {
     const MemoryKind wire = tessera::detail::other(op.memory);
@@ -1057,6 +1100,7 @@ Work Communicator::submit_transfer(Op op, bool async) {
     } catch (const std::exception& e) {
       s.fail(std::string("could not hand a posted ") + (op.type == OpType::Send ? "send" : "receive") +
              " to the transfer thread: " + e.what());
+      detail::CommState::drop(t);
       throw;
     }
     return Work(w);

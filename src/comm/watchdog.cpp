@@ -106,14 +106,22 @@ void Watchdog::loop() {
     }
     // An op inside a backend call past its deadline (an MPI collective whose peer stopped
     // in the middle of it) cannot be interrupted: its communicator ends the process.
+    // Called after the registry's lock is released: on_stuck asks the peers through
+    // instance(), whose lock Watchdog::remove() takes before the registry's. (The stuck
+    // communicator cannot be destroyed meanwhile: one of its threads is inside the call.)
+    const Progress* stuck = nullptr;
     {
       const auto now = std::chrono::steady_clock::now().time_since_epoch().count();
       std::lock_guard<std::mutex> l(registry_mutex_);
       for (const auto& [id, progress] : registry_) {
         const auto until = progress->inside_until.load(std::memory_order_acquire);
-        if (until != 0 && now > until && progress->on_stuck) progress->on_stuck();
+        if (until != 0 && now > until && progress->on_stuck) {
+          stuck = progress;
+          break;
+        }
       }
     }
+    if (stuck != nullptr) stuck->on_stuck();
     lock.lock();
     stop_cv_.wait_for(lock, std::chrono::milliseconds(5));
   }
@@ -122,7 +130,10 @@ void Watchdog::loop() {
 std::vector<PeerStatus> Watchdog::query(std::uint64_t comm_id, const std::vector<int>& ranks,
                                         std::chrono::milliseconds wait) {
   std::lock_guard<std::mutex> lock(query_mutex_);
-  const Query query{comm_id, g_next_query.fetch_add(1)};
+  // The sends read the query until they complete: where a dead peer never takes one, the
+  // query stays in abandoned_ (a deque: its elements never move) for the process.
+  abandoned_.push_back(Query{comm_id, g_next_query.fetch_add(1)});
+  const Query& query = abandoned_.back();
   std::vector<PeerStatus> result;
   std::vector<Reply> replies;
   std::vector<MPI_Request> sends, recvs;
@@ -178,7 +189,7 @@ std::vector<PeerStatus> Watchdog::query(std::uint64_t comm_id, const std::vector
       unsent = true;
     }
   }
-  if (unsent) abandoned_.push_back(query);
+  if (!unsent) abandoned_.pop_back();
   return result;
 }
 

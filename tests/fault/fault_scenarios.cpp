@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -40,6 +41,17 @@ void say(int rank, const std::string& what) {
 int stop_mid_collective(comm::Communicator& c) {
   const std::size_t n = std::size_t(64) << 20;  // 256 MiB of float: long enough to stop inside
   std::vector<float> x(n, 1.0f);
+  // Rank 0 has a file half written, as an app's output copy: a process ended from inside the
+  // call must remove it, as a stop signal would (the test checks that it is gone).
+  const char* unfinished = "stop_mid_collective.tmp";
+  std::unique_ptr<UnfinishedFile> tracked;
+  if (c.rank() == 0) {
+    if (std::FILE* f = std::fopen(unfinished, "w")) {
+      std::fputs("half written\n", f);
+      std::fclose(f);
+    }
+    tracked = std::make_unique<UnfinishedFile>(unfinished);
+  }
   c.barrier();
   std::thread stopper;
   if (c.rank() == 1)
@@ -55,6 +67,10 @@ int stop_mid_collective(comm::Communicator& c) {
     say(c.rank(), std::string("caught: ") + e.what());
   }
   if (stopper.joinable()) stopper.join();
+  if (tracked) {  // the call returned: its owner removes it
+    tracked.reset();
+    std::remove(unfinished);
+  }
   return 0;
 }
 

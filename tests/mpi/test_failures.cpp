@@ -148,6 +148,34 @@ TEST(Timeout, RecvFromASilentPeerNamesThePeer) {
   w.barrier();
 }
 
+// A send whose receiver never posts: large enough that no transport can complete it on its
+// own (no eager copy), so only the deadline ends it. The error names the peer, and dropping
+// the abandoned send (which MPI cannot cancel) neither hangs nor lets it complete later.
+TEST(Timeout, SendToASilentPeerNamesThePeer) {
+  auto& w = world();
+  if (w.size() < 2) GTEST_SKIP() << "needs two ranks";
+  std::vector<float> x(1 << 20, 1.0f);  // 4 MiB
+  {
+    auto sub = breakable("deaf", std::chrono::milliseconds(400));
+    if (w.rank() == 0) {
+      EXPECT_THROW_WITH(sub->send({x.data(), x.size()}, 1, 7), TimeoutError,
+                        "send (1048576 x float32, to rank 1, tag 7) on communicator 'deaf' [");
+      EXPECT_THROW_WITH(sub->send({x.data(), 16}, 1, 7), CommError, "is unusable after an earlier failure");
+      EXPECT_THROW_WITH(sub->send_async({x.data(), 16}, 1, 8), CommError, "is unusable after an earlier failure");
+    }
+    w.barrier();  // rank 1 keeps its end open until then
+  }               // destroyed with the send still unmatched
+  {
+    auto sub = breakable("deaf_async", std::chrono::milliseconds(400));
+    if (w.rank() == 0) {
+      auto work = sub->send_async({x.data(), x.size()}, 1, 7);
+      EXPECT_THROW_WITH(work.wait(), TimeoutError, "send (1048576 x float32, to rank 1, tag 7)");
+    }
+    w.barrier();
+  }
+  w.barrier();
+}
+
 // Without the check mode, the fence before every MPI and Gloo collective still compares a
 // hash of (op, count, dtype, root, reduce op, collective number): ranks that disagree get a
 // MismatchError, all of them, before any data moves, instead of a hang (MPI) or an abort (Gloo).

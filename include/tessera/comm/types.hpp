@@ -45,6 +45,10 @@ struct Buffer {
   std::size_t count = 0;
   DType dtype = DType::Float32;
   MemoryKind memory = MemoryKind::Host;
+  /// Host-readable memory that kernels of the default execution space can write too (a view
+  /// in Kokkos::CudaUVMSpace or CudaHostPinnedSpace): the communicator waits for those
+  /// kernels before it reads it, as for device memory.
+  bool device_written = false;
 
   Buffer() = default;
   /// Fully explicit form, for type-erased callers.
@@ -62,7 +66,10 @@ struct Buffer {
       : data(const_cast<typename Kokkos::View<P...>::non_const_value_type*>(view.data())),
         count(view.size()),
         dtype(dtype_of<typename Kokkos::View<P...>::non_const_value_type>::value),
-        memory(memory_kind_of_space<typename Kokkos::View<P...>::memory_space>()) {
+        memory(memory_kind_of_space<typename Kokkos::View<P...>::memory_space>()),
+        device_written(memory == MemoryKind::Host && memory_kind_of_space<DeviceMemorySpace>() == MemoryKind::Device &&
+                       Kokkos::SpaceAccessibility<Kokkos::DefaultExecutionSpace,
+                                                  typename Kokkos::View<P...>::memory_space>::accessible) {
     static_assert(is_dtype<typename Kokkos::View<P...>::non_const_value_type>::value,
                   "tessera::comm::Buffer: view element type must be float, double, int32_t, "
                   "int64_t, tessera::bfloat16 or tessera::float16");

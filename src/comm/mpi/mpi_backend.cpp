@@ -3,13 +3,15 @@
 // one starts, so the blocking call cannot hang on a missing rank or a mismatched op. A peer
 // that stops in the middle of one is caught by the watchdog. Point-to-point uses
 // nonblocking calls polled against the deadline.
+#include <chrono>
 #include <climits>
-#include <cstring>
+#include <thread>
 #include <vector>
 
 #include <tessera/core/session.hpp>
 
 #include "comm/backend.hpp"
+#include "core/device_copy.hpp"
 #include "core/mpi_check.hpp"
 
 namespace tessera::comm::detail {
@@ -47,16 +49,26 @@ struct MpiTransfer final : PendingTransfer {
     TESSERA_CHECK_MPI(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
     return done != 0;
   }
-  ~MpiTransfer() override {
-    // A transfer abandoned after a timeout must not match a later message, nor write into
-    // its buffer after this: cancel it and wait for the cancellation (or the completion).
+  bool stop() noexcept override {
+    // A transfer abandoned after a timeout must not match a later message, nor touch its
+    // buffer after this: cancel it and wait for the cancellation (or the completion). A
+    // cancelled receive is done at once. Open MPI and MPICH cannot cancel a send: it ends only
+    // when its receiver posts, which after a timeout may be never, so waiting for it would
+    // hang the caller that the timeout was to free. It gets a moment, then is let go.
     int finalized = 0;
     MPI_Finalized(&finalized);
-    if (request != MPI_REQUEST_NULL && !finalized) {
-      MPI_Cancel(&request);
-      MPI_Wait(&request, MPI_STATUS_IGNORE);
-    }
+    if (request == MPI_REQUEST_NULL || finalized) return true;
+    MPI_Cancel(&request);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
+    int done = 0;
+    while (MPI_Test(&request, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && done == 0 &&
+           std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    if (done != 0) return true;
+    MPI_Request_free(&request);  // MPI finishes it in the background, should the peer post
+    return false;
   }
+  ~MpiTransfer() override { stop(); }
 };
 
 class MpiBackend final : public Backend {
@@ -119,7 +131,8 @@ class MpiBackend final : public Backend {
           // into a private block, then place it.
           scratch_.resize(op.count * esz);
           TESSERA_CHECK_MPI(MPI_Reduce_scatter_block(send, scratch_.data(), n, type, mpi_op(op.reduce), comm_));
-          std::memcpy(recv, scratch_.data(), scratch_.size());
+          // recv is device memory where a CUDA-aware MPI took a device buffer unstaged.
+          tessera::detail::copy_bytes(recv, op.memory, scratch_.data(), MemoryKind::Host, scratch_.size());
         } else {
           TESSERA_CHECK_MPI(MPI_Reduce_scatter_block(send, recv, n, type, mpi_op(op.reduce), comm_));
         }

@@ -350,6 +350,7 @@ class NcclBackend final : public Backend {
     return pending;
   }
 
+  bool orders_all_ops() const noexcept override { return true; }
   void abort() noexcept override { nccl_->abort(); }
 
  private:
