@@ -35,13 +35,14 @@ using comm::ReduceOp;
 const std::vector<std::string> kOps = {"all_reduce", "all_gather", "reduce_scatter",
                                        "broadcast",  "reduce",     "all_to_all"};
 
-std::size_t parse_size(const std::string& text) {
+/// A size flag's value in bytes; errors name the flag (`flag`, as "-b").
+std::size_t parse_size(const std::string& flag, const std::string& text) {
   std::size_t pos = 0;
   double v = 0;
   try {
     v = std::stod(text, &pos);
   } catch (...) {
-    throw ConfigError("size '" + text + "' is not a number of bytes (e.g. 64K, 8M, 1G)");
+    throw ConfigError(flag + ": size '" + text + "' is not a number of bytes (e.g. 64K, 8M, 1G)");
   }
   std::string unit = text.substr(pos);
   double mult = 1;
@@ -52,9 +53,9 @@ std::size_t parse_size(const std::string& text) {
   else if (unit == "G" || unit == "g")
     mult = 1024.0 * 1024 * 1024;
   else if (!unit.empty())
-    throw ConfigError("size '" + text + "' has an unknown unit; use K, M or G");
-  if (v <= 0) throw ConfigError("size '" + text + "' must be positive");
-  if (v * mult >= 9.2e18) throw ConfigError("size '" + text + "' is too large");
+    throw ConfigError(flag + ": size '" + text + "' has an unknown unit; use K, M or G");
+  if (v <= 0) throw ConfigError(flag + ": size '" + text + "' must be above 0 bytes");
+  if (v * mult >= 9.2e18) throw ConfigError(flag + ": size '" + text + "' is too large");
   return static_cast<std::size_t>(v * mult);
 }
 
@@ -422,7 +423,8 @@ int main(int argc, char** argv) {
   app.add_option("-T,--timeout", timeout_s,
                  "seconds any one of Tessera's calls may take before every rank stops with a diagnosis (default: "
                  "TESSERA_COMM_TIMEOUT, else 600; 0: no limit); the raw library calls have no limit")
-      ->check(CLI::Range(0.0, 1e7));
+      ->check(apps::real([](double v) { return v >= 0 && v <= 1e7; }, "0 or more and at most 10000000",
+                         "0 or more, at most 10000000"));
   app.add_option("--min-busbw", min_busbw, "exit non-zero if any Tessera row's busbw (GB/s) is below this");
   app.add_option("--min-ratio", min_ratio, "exit non-zero if any row's Tessera/raw busbw ratio is below this");
   app.add_flag("--noise-floor", noise_floor,
@@ -447,8 +449,11 @@ int main(int argc, char** argv) {
     for (std::size_t i = 0; i < std::size(kForeignFlags); ++i) check_foreign_flag(kForeignFlags[i], foreign[i]);
     const DType dtype = parse_dtype(dtype_name_arg);
     const ReduceOp redop = comm::parse_reduce_op(redop_name);
-    const std::size_t lo = parse_size(min_bytes), hi = parse_size(max_bytes);
-    const std::size_t step = step_bytes ? parse_size(*step_bytes) : 0;
+    if (redop == ReduceOp::Avg && (dtype == DType::Int32 || dtype == DType::Int64))
+      throw ConfigError("-o avg is defined for floating-point dtypes only, not -d " + dtype_name_arg +
+                        "; give -d float (or double, half, bfloat16), or -o sum");
+    const std::size_t lo = parse_size("-b", min_bytes), hi = parse_size("-e", max_bytes);
+    const std::size_t step = step_bytes ? parse_size("-i", *step_bytes) : 0;
     if (step_bytes && step == 0) throw ConfigError("-i " + *step_bytes + ": the step must be at least 1 byte");
     if (lo > hi) throw ConfigError("-b (" + min_bytes + ") is larger than -e (" + max_bytes + ")");
     if (lo < dtype_size(dtype))

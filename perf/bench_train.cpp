@@ -382,10 +382,11 @@ int main(int argc, char** argv) {
     };
     if (session.rank() == 0) {
       std::printf(
-          "# tessera-bench-train: %d ranks (%s, %s), MLP %zu x %zu, global batch %lld, %s%s, grads %s, %d steps, "
-          "BLAS threads %s per rank%s\n",
-          comm->size(), comm::backend_name(comm->backend()), trainer.strategy().name(), c.layers, c.dim,
-          static_cast<long long>(c.global_batch), c.optimizer.c_str(),
+          "# tessera-bench-train: %d ranks (%s, %s, layout %s), MLP %zu x %zu, global batch %lld, %s%s, grads %s, %d "
+          "steps, BLAS threads %s per rank%s\n",
+          comm->size(), comm::backend_name(comm->backend()), trainer.strategy().name(),
+          trainer.layout().substr(0, trainer.layout().find(':')).c_str(),  // "dp 1 x tp 1 x pp 2", not its groups
+          c.layers, c.dim, static_cast<long long>(c.global_batch), c.optimizer.c_str(),
           c.overlap_optimizer ? " overlapped with communication" : " after communication", dtype_name(c.ddp.grad_dtype),
           steps, host_threads().threads > 0 ? std::to_string(host_threads().threads).c_str() : "?",
           host_threads().kokkos_threads > 0

@@ -48,6 +48,15 @@ inline void on_stop_signal(int sig) {
   std::signal(sig, SIG_DFL);
   std::raise(sig);  // ends as the signal would have: the launcher and the shell see it
 }
+
+/// Whether an MPI launcher (mpiexec, srun) started this process, read before MPI starts: a
+/// singleton MPI_Init sets some of the same variables (Open MPI's PMIX_RANK) itself.
+inline bool g_launched = false;
+
+/// After an error is printed, a SIGTERM is the launcher taking the job down (a rank exited
+/// non-zero or aborted), not the user stopping it: it still removes the unfinished files,
+/// silently.
+inline void quiet_stop_signals() noexcept { g_stop_length[0] = g_stop_length[1] = 0; }
 }  // namespace detail
 
 /// SIGINT (Ctrl-C) and SIGTERM (scancel, a job's time limit, the launcher taking a job down):
@@ -68,6 +77,9 @@ inline void handle_stop_signals(const std::string& name, bool say_it) {
   sigaction(SIGINT, &action, nullptr);
   sigaction(SIGTERM, &action, nullptr);
 }
+
+/// True when an MPI launcher started this process (not a plain `./app`, which runs as one rank).
+inline bool started_by_launcher() noexcept { return detail::g_launched; }
 
 /// Runs `check` on rank 0 and raises what it reports (a ConfigError) on every rank, so that
 /// every rank stops alike, before any work (e.g. an output file that cannot be written).
@@ -101,12 +113,25 @@ inline int run_app(int argc, char** argv, CLI::App& app, const std::function<int
   for (const char* var : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"})
     if (launcher_rank == nullptr) launcher_rank = std::getenv(var);
   const bool first_rank = launcher_rank == nullptr || std::string(launcher_rank) == "0";
+  detail::g_launched = launcher_rank != nullptr || std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") ||
+                       std::getenv("SLURM_STEP_ID");
   bool version = false;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     kokkos_help = kokkos_help || arg == "--kokkos-help" || arg == "--kokkos-tools-help";
     version = version || arg == "--version";
-    (arg.rfind("--kokkos-", 0) == 0 ? kokkos_argv : app_argv).push_back(argv[i]);
+    const bool kokkos = arg.rfind("--kokkos-", 0) == 0;
+    // Kokkos reads a value only after '=': "--kokkos-num-threads 2" would leave the 2 to
+    // the app, whose "unexpected argument" would not say why.
+    if (kokkos && arg.find('=') == std::string::npos && i + 1 < argc && argv[i + 1][0] != '-') {
+      if (first_rank)
+        std::fprintf(stderr,
+                     "%s: error: '%s' after %s: Kokkos' flags take their value after '=': %s=%s\nRun with --help for "
+                     "the options.\n",
+                     name.c_str(), argv[i + 1], arg.c_str(), arg.c_str(), argv[i + 1]);
+      return 2;
+    }
+    (kokkos ? kokkos_argv : app_argv).push_back(argv[i]);
   }
   if (version) {  // printed once, starting neither MPI nor Kokkos, whatever else was given
     if (first_rank) std::printf("%s: %s\n", name.c_str(), describe(build_info()).c_str());
@@ -136,17 +161,20 @@ inline int run_app(int argc, char** argv, CLI::App& app, const std::function<int
       app.parse(args);
     } catch (const CLI::ParseError& e) {
       if (e.get_exit_code() == 0) return session.rank() == 0 ? app.exit(e) : 0;  // --help
+      detail::quiet_stop_signals();
       if (session.rank() == 0)
         std::fprintf(stderr, "%s: error: %s%s\nRun with --help for the options.\n", name.c_str(),
                      explain(e, app).c_str(), config.blame(e.what()).c_str());
       return e.get_exit_code();
     } catch (const ConfigError& e) {
+      detail::quiet_stop_signals();
       if (session.rank() == 0) std::fprintf(stderr, "%s: error: %s\n", name.c_str(), e.message().c_str());
       return 2;
     }
     try {
       return body(session);
     } catch (const std::exception& e) {
+      detail::quiet_stop_signals();
       const auto* error = dynamic_cast<const Error*>(&e);
       const std::string text = error != nullptr ? error->message() : e.what();
       // Ranks that fail alike fail at about the same time; one that fails alone waits 2 s.

@@ -41,7 +41,7 @@ inline std::string trim(const std::string& s) {
 
 /// Checks the lines of a config file for what CLI11's lenient reader lets through.
 inline void check_lines(const std::string& path, std::istream& in) {
-  std::map<std::string, int> seen;
+  std::map<std::string, int> seen, sections;
   std::string section, line;
   for (int number = 1; std::getline(in, line); ++number) {
     const auto hash = line.find('#');
@@ -51,7 +51,15 @@ inline void check_lines(const std::string& path, std::istream& in) {
     if (text.front() == '[') {
       if (text.back() != ']' || text.size() < 3)
         throw ConfigError(where + "'" + text + "' is not a section header; write [name]");
+      if (text.rfind("[[", 0) == 0)
+        throw ConfigError(where + "'" + text + "' is a TOML array of tables, which holds no settings; write [" +
+                          trim(text.substr(2, text.size() >= 4 ? text.size() - 4 : 0)) + "]");
       section = trim(text.substr(1, text.size() - 2));
+      // TOML defines each table once: a second header would be read as the first's.
+      if (const auto it = sections.find(section); it != sections.end())
+        throw ConfigError(where + "section [" + section + "] appears twice (first on line " +
+                          std::to_string(it->second) + "); put its settings under one header");
+      sections[section] = number;
       continue;
     }
     const auto eq = text.find('=');

@@ -100,10 +100,9 @@ int main(int argc, char** argv) {
     std::unique_ptr<apps::OutputFile> metrics_file;
     if (root && !metrics_path.empty()) metrics_file = std::make_unique<apps::OutputFile>("--metrics", metrics_path);
     const HostThreads& blas = host_threads();
-    const bool launched = std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") ||
-                          std::getenv("SLURM_STEP_ID") || std::getenv("PMIX_RANK");
     if (progress == "none") quiet = true;
-    const bool tty = progress == "bar" || (progress == "auto" && isatty(STDOUT_FILENO) != 0 && !launched);
+    const bool tty =
+        progress == "bar" || (progress == "auto" && isatty(STDOUT_FILENO) != 0 && !apps::started_by_launcher());
     const std::string layout = trainer.layout();  // collective-free; every rank builds it
     if (root && !quiet && (c.tp > 1 || c.pp > 1)) std::printf("tessera-train: layout %s\n", layout.c_str());
     // DDP says when its buckets travel where that is not during backward.

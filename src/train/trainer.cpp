@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <iomanip>
 #include <sstream>
 
 namespace tessera::train {
@@ -183,10 +184,15 @@ Trainer::Trainer(TrainConfig config, comm::Communicator& comm) : config_(std::mo
   if (config_.max_rank_bytes > 0 && (have.bytes <= 0 || config_.max_rank_bytes < have.bytes))
     have = {config_.max_rank_bytes, "--zero.max_rank_bytes"};
   if (have.bytes > 0 && need.total() > have.bytes) {
-    const auto gb = [](double b) {
+    const auto gb = [](double b) {  // GB, or MB and kB where a figure would round to 0.0 GB
       std::ostringstream s;
-      s.precision(b >= 1e10 ? 0 : b >= 1e8 ? 1 : 3);
-      s << std::fixed << b / 1e9 << " GB";
+      s << std::fixed;
+      if (b >= 1e8)
+        s << std::setprecision(b >= 1e10 ? 0 : 1) << b / 1e9 << " GB";
+      else if (b >= 1e5)
+        s << std::setprecision(b >= 1e7 ? 0 : 1) << b / 1e6 << " MB";
+      else
+        s << std::setprecision(b >= 1e4 ? 0 : 1) << b / 1e3 << " kB";
       return s.str();
     };
     const std::string strategy = config_.zero_stage == 0 ? "DDP" : "ZeRO stage " + std::to_string(config_.zero_stage);
@@ -207,8 +213,9 @@ Trainer::Trainer(TrainConfig config, comm::Communicator& comm) : config_(std::mo
                       "; activations: " + gb(need.activations) +
                       (need.data > 0 ? "; synthetic data and its teacher: " + gb(need.data) : std::string()) +
                       "), and a rank has about " + gb(have.bytes) + " (" + have.source + ")" + instead +
-                      "; lower --model.dim, --model.layers, --train.batch or --data.samples, or run fewer ranks "
-                      "per node");
+                      "; lower --model.dim, --model.layers, --train.batch or --data.samples, " +
+                      (have.source == "--zero.max_rank_bytes" ? std::string("or raise --zero.max_rank_bytes")
+                                                              : std::string("or run fewer ranks per node")));
   }
   dataset_ =
       config_.data == "synthetic"
@@ -274,8 +281,8 @@ Trainer::Trainer(TrainConfig config, comm::Communicator& comm) : config_(std::mo
   // overlapping them, and the step was 0.06-0.08 ms longer (H100, MLP 8 x 4096, batch 1024,
   // alternating runs in two device sessions). On a CPU, where kernels run where they are
   // queued, each bucket's update still runs inside backward as it completes.
-  overlap_updates_ = config_.overlap_optimizer &&
-                     (dp_->size() > 1 || memory_kind_of_space<DeviceMemorySpace>() == MemoryKind::Host);
+  overlap_updates_ =
+      config_.overlap_optimizer && (dp_->size() > 1 || memory_kind_of_space<DeviceMemorySpace>() == MemoryKind::Host);
 
   if (config_.optimizer == "sgd") {
     optim::SGDOptions o;
