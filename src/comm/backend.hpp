@@ -130,6 +130,11 @@ class Backend {
   virtual std::unique_ptr<PendingTransfer> post(const Op& op, const Deadline& deadline) = 0;
   /// A backend of the same kind over `group` (takes ownership of it).
   virtual std::unique_ptr<Backend> make_child(MPI_Comm group, const CommOptions& options) = 0;
+  /// The most times its timeout one collective call may take: 1 where the call keeps the
+  /// op's deadline (or takes none: MPI, which the watchdog ends), more where each of the
+  /// library's internal waits is given the whole timeout (Gloo's algorithms). The watchdog
+  /// waits that long before it ends a process stuck in the call.
+  virtual int timeouts_per_call(int /*ranks*/) const noexcept { return 1; }
   /// True when the backend runs all of a communicator's operations, collectives and
   /// transfers alike, in the order they were issued (NCCL): a send or receive is then posted
   /// only after the collectives queued before it on the progress thread have run, so that

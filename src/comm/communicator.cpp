@@ -679,11 +679,13 @@ class CommState {
   }
 
   /// The backend's call, watched: past its deadline and a grace (the backends that take a
-  /// deadline have given up by then), the watchdog calls stuck().
+  /// deadline have given up by then; Gloo's, whose internal waits each get the whole
+  /// timeout, by several timeouts more), the watchdog calls stuck().
   void execute_backend(const Op& op, const Deadline& deadline) {
     if (!deadline.none) {
       inside_op = op;
-      const auto grace = std::max<Clock::duration>(std::chrono::seconds(1), timeout() / 10);
+      const auto grace = std::max<Clock::duration>(std::chrono::seconds(1), timeout() / 10) +
+                         (backend->timeouts_per_call(size) - 1) * timeout();
       progress.inside_until.store((deadline.at + grace).time_since_epoch().count(), std::memory_order_release);
     }
     try {
@@ -702,11 +704,13 @@ class CommState {
   /// diagnosis, and the launcher ends the job.
   [[noreturn]] void stuck() {
     const Op op = inside_op;
-    std::string message = describe(op) + ", collective #" + std::to_string(op.coll_seq) + " on communicator '" +
-                          options.name + "' [" + backend_name(backend->kind()) + ", " + std::to_string(size) +
-                          " ranks], has been inside the backend's call for longer than its timeout of " +
-                          seconds_text(timeout()) +
-                          ": every rank arrived at it, and one stopped or died in the middle of the transfer.";
+    std::string message =
+        describe(op) + ", collective #" + std::to_string(op.coll_seq) + " on communicator '" + options.name + "' [" +
+        backend_name(backend->kind()) + ", " + std::to_string(size) +
+        " ranks], has been inside the backend's call for longer than its timeout of " + seconds_text(timeout()) +
+        (backend->needs_fence() ? ": every rank arrived at it, and one stopped or died in the middle of the transfer."
+                                : ": a rank that never called it, or one that stopped or died in the middle of the "
+                                  "transfer, holds it up.");
     try {
       const auto silent = silent_ranks(Watchdog::instance().query(id, world_ranks, kQueryWait));
       if (!silent.empty()) message += " No answer from rank" + silent + ".";

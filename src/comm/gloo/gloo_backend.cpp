@@ -262,6 +262,9 @@ class GlooBackend final : public Backend {
   }
   std::shared_ptr<gloo::Context> context() const { return context_; }
 
+  // A ring all-reduce waits 2 (p - 1) times, each wait with the whole timeout.
+  int timeouts_per_call(int ranks) const noexcept override { return 2 * ranks; }
+
   std::unique_ptr<PendingTransfer> post(const Op& op, const Deadline& deadline) override {
     auto pending = std::make_unique<GlooTransfer>();
     pending->send = op.type == OpType::Send;
@@ -405,7 +408,7 @@ class GlooBackend final : public Backend {
         break;
       }
       case OpType::ReduceScatter:
-        ring_reduce_scatter<T>(op, timeout);
+        ring_reduce_scatter<T>(op, deadline);
         break;
       case OpType::Barrier:
         break;  // the front end's fence, which comes first, is the barrier
@@ -418,9 +421,10 @@ class GlooBackend final : public Backend {
 
   /// Ring reduce-scatter over Gloo's unbound buffers: p-1 steps, each sending one block to
   /// the right neighbour and folding the block from the left into a running sum, so every
-  /// rank moves (p-1)/p of the data (Gloo has no such collective in its options API).
+  /// rank moves (p-1)/p of the data (Gloo has no such collective in its options API). Each
+  /// wait gets what is left of the op's deadline, so that the whole ring keeps it.
   template <class T>
-  void ring_reduce_scatter(const Op& op, std::chrono::milliseconds timeout) {
+  void ring_reduce_scatter(const Op& op, const Deadline& deadline) {
     const std::size_t n = op.count, p = static_cast<std::size_t>(size_);
     const auto r = static_cast<std::size_t>(rank_);
     T* work = scratch<T>(n * p + n);
@@ -438,9 +442,9 @@ class GlooBackend final : public Backend {
         const std::size_t recv_block = (r + 2 * p - step - 2) % p;
         out->send(right, slot + step, send_block * n * sizeof(T), n * sizeof(T));
         in->recv(left, slot + step, 0, n * sizeof(T));
-        in->waitRecv(timeout);
+        in->waitRecv(deadline.remaining());
         fn(work + recv_block * n, work + recv_block * n, incoming, n);
-        out->waitSend(timeout);
+        out->waitSend(deadline.remaining());
       }
     }
     std::memcpy(op.recv.data, work + r * n, n * sizeof(T));
