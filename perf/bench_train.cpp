@@ -332,9 +332,15 @@ int main(int argc, char** argv) {
     MPI_Allreduce(MPI_IN_PLACE, mem_bytes, 6, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     const char* mem_names[6] = {"gelu_forward", "gelu_backward", "bias_grad", "loss", "optimizer", "copy"};
     const double copy_rate = mem_bytes[5] / mem_s[5];
-    double memory_bound_bytes = 0;  // every byte the step must move outside its GEMMs
-    for (int k = 0; k < 5; ++k) memory_bound_bytes += mem_bytes[k];
-    const double copy_speed_step = med[6] + memory_bound_bytes / copy_rate;
+    // The step at the copy's speed, rank by rank (pipeline stages make different passes): its
+    // GEMMs, and every byte it moves outside them at its own copy's speed; the slowest rank's.
+    double memory_bound_bytes = optimizer_bytes;  // this rank's, then the most any rank moves
+    for (int k = 0; k < 4; ++k) memory_bound_bytes += pass_bytes[k];
+    const double my_copy_speed_step = median(gemm) + memory_bound_bytes * median(copy_alone) / copy_bytes;
+    std::vector<double> copy_speed_steps(static_cast<std::size_t>(comm->size()));
+    MPI_Allgather(&my_copy_speed_step, 1, MPI_DOUBLE, copy_speed_steps.data(), 1, MPI_DOUBLE, MPI_COMM_WORLD);
+    MPI_Allreduce(MPI_IN_PLACE, &memory_bound_bytes, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    const double copy_speed_step = *std::max_element(copy_speed_steps.begin(), copy_speed_steps.end());
     // Memory and traffic of the rank that holds and sends the most.
     double bytes[6] = {static_cast<double>(last.model_state_bytes),
                        static_cast<double>(last.working_bytes),
@@ -378,7 +384,8 @@ int main(int argc, char** argv) {
       return nlohmann::json{{"copy_bytes_per_s", copy_rate},
                             {"bytes", bytes_json},
                             {"total_bytes", memory_bound_bytes},
-                            {"over_copy_bandwidth", share}};
+                            {"over_copy_bandwidth", share},
+                            {"copy_speed_step_s_per_rank", copy_speed_steps}};
     };
     if (session.rank() == 0) {
       std::printf(

@@ -53,7 +53,9 @@ inline void check_lines(const std::string& path, std::istream& in) {
         throw ConfigError(where + "'" + text + "' is not a section header; write [name]");
       if (text.rfind("[[", 0) == 0)
         throw ConfigError(where + "'" + text + "' is a TOML array of tables, which holds no settings; write [" +
-                          trim(text.substr(2, text.size() >= 4 ? text.size() - 4 : 0)) + "]");
+                          trim(text.substr(text.find_first_not_of('['),
+                                           text.find_last_not_of(']') + 1 - text.find_first_not_of('['))) +
+                          "]");
       section = trim(text.substr(1, text.size() - 2));
       // TOML defines each table once: a second header would be read as the first's.
       if (const auto it = sections.find(section); it != sections.end())

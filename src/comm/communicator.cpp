@@ -163,7 +163,8 @@ ArrivalReport arrivals(const std::vector<PeerStatus>& peers, const std::vector<i
       report.missing.push_back(r +
                                " (did not answer within 1 s: dead, stopped, or stuck where its watchdog cannot run)");
     } else if (!p.member) {
-      report.missing.push_back(r + " (alive, but has not created this communicator)");
+      report.missing.push_back(r +
+                               " (alive, but does not have this communicator: not created yet, or already destroyed)");
     } else if (!collective || p.collectives_issued <= seq) {
       std::string where = r + " (alive";
       if (p.running_seq > 0)
@@ -204,7 +205,7 @@ class CommState {
     TESSERA_CHECK_MPI(MPI_Group_translate_ranks(mine, size, local.data(), world, world_ranks.data()));
     TESSERA_CHECK_MPI(MPI_Group_free(&mine));
     TESSERA_CHECK_MPI(MPI_Group_free(&world));
-    progress.on_stuck = [this] { stuck(); };
+    progress.on_stuck = [this](Watchdog& watchdog) { stuck(watchdog); };
     Watchdog::instance().add(id, &progress);
     device = tessera::detail::current_device();
   }
@@ -333,8 +334,8 @@ class CommState {
   }
 
   /// Stops a transfer that failed, before its staging buffer goes back to the pool: one the
-  /// backend could not stop keeps its buffer for good (a few leaked bytes against a later
-  /// transfer's data overwritten by a send that was let go).
+  /// backend could not stop (a send MPI let go) keeps its buffer for good, a few leaked bytes
+  /// rather than a later transfer's staged data read by that send.
   static void drop(Transfer& t) noexcept {
     if (t.pending && !t.pending->stop()) (void)t.staging.release();
     t.pending.reset();
@@ -702,7 +703,7 @@ class CommState {
   /// interrupt the call, and the call would write into the op's buffers whenever the rank
   /// came back, maybe after the program freed them: so this process ends here, with the
   /// diagnosis, and the launcher ends the job.
-  [[noreturn]] void stuck() {
+  [[noreturn]] void stuck(Watchdog& watchdog) {
     const Op op = inside_op;
     std::string message =
         describe(op) + ", collective #" + std::to_string(op.coll_seq) + " on communicator '" + options.name + "' [" +
@@ -712,7 +713,7 @@ class CommState {
                                 : ": a rank that never called it, or one that stopped or died in the middle of the "
                                   "transfer, holds it up.");
     try {
-      const auto silent = silent_ranks(Watchdog::instance().query(id, world_ranks, kQueryWait));
+      const auto silent = silent_ranks(watchdog.query(id, world_ranks, kQueryWait));
       if (!silent.empty()) message += " No answer from rank" + silent + ".";
     } catch (...) {
     }

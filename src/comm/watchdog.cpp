@@ -106,22 +106,16 @@ void Watchdog::loop() {
     }
     // An op inside a backend call past its deadline (an MPI collective whose peer stopped
     // in the middle of it) cannot be interrupted: its communicator ends the process.
-    // Called after the registry's lock is released: on_stuck asks the peers through
-    // instance(), whose lock Watchdog::remove() takes before the registry's. (The stuck
-    // communicator cannot be destroyed meanwhile: one of its threads is inside the call.)
-    const Progress* stuck = nullptr;
+    // Under the registry's lock, so that the communicator cannot be removed and destroyed
+    // meanwhile; on_stuck asks the peers through *this, not through instance().
     {
       const auto now = std::chrono::steady_clock::now().time_since_epoch().count();
       std::lock_guard<std::mutex> l(registry_mutex_);
       for (const auto& [id, progress] : registry_) {
         const auto until = progress->inside_until.load(std::memory_order_acquire);
-        if (until != 0 && now > until && progress->on_stuck) {
-          stuck = progress;
-          break;
-        }
+        if (until != 0 && now > until && progress->on_stuck) progress->on_stuck(*this);
       }
     }
-    if (stuck != nullptr) stuck->on_stuck();
     lock.lock();
     stop_cv_.wait_for(lock, std::chrono::milliseconds(5));
   }

@@ -25,6 +25,8 @@ struct Query {
   std::uint64_t query_id;  // echoed, so a late answer to an abandoned query is recognised
 };
 
+class Watchdog;
+
 /// Progress counters of one communicator on this rank, read by the watchdog thread.
 struct Progress {
   std::atomic<std::uint64_t> collectives_issued{0};
@@ -35,9 +37,11 @@ struct Progress {
   std::atomic<std::uint8_t> running_op{255};
   // While an op is inside its backend's call: the steady-clock time (ticks) after which it
   // is stuck there (its deadline and a grace); 0 otherwise. The watchdog then calls
-  // on_stuck, which does not return.
+  // on_stuck, which does not return, with the registry locked (it asks the peers through
+  // the Watchdog it is given, not through Watchdog::instance(), whose lock remove() takes
+  // before the registry's).
   std::atomic<std::int64_t> inside_until{0};
-  std::function<void()> on_stuck;
+  std::function<void(Watchdog&)> on_stuck;
 };
 
 /// A peer's answer about one communicator.

@@ -17,6 +17,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -43,7 +44,10 @@ int stop_mid_collective(comm::Communicator& c) {
   std::vector<float> x(n, 1.0f);
   // Rank 0 has a file half written, as an app's output copy: a process ended from inside the
   // call must remove it, as a stop signal would (the test checks that it is gone).
-  const char* unfinished = "stop_mid_collective.tmp";
+  // One name per backend: the backends' runs of this scenario may run at once.
+  const char* backend = std::getenv("TESSERA_TEST_BACKEND");
+  const std::string name = std::string("stop_mid_collective_") + (backend != nullptr ? backend : "mpi") + ".tmp";
+  const char* unfinished = name.c_str();
   std::unique_ptr<UnfinishedFile> tracked;
   if (c.rank() == 0) {
     if (std::FILE* f = std::fopen(unfinished, "w")) {

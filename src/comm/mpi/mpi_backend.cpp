@@ -42,6 +42,7 @@ int mpi_count(std::size_t n, const Op& op) {
 
 struct MpiTransfer final : PendingTransfer {
   MPI_Request request = MPI_REQUEST_NULL;
+  bool send = true;
   const char* what = "";
   void wait(const Deadline& deadline) override { wait_mpi(request, deadline, what); }
   bool test() override {
@@ -51,14 +52,20 @@ struct MpiTransfer final : PendingTransfer {
   }
   bool stop() noexcept override {
     // A transfer abandoned after a timeout must not match a later message, nor touch its
-    // buffer after this: cancel it and wait for the cancellation (or the completion). A
-    // cancelled receive is done at once. Open MPI and MPICH cannot cancel a send: it ends only
-    // when its receiver posts, which after a timeout may be never, so waiting for it would
-    // hang the caller that the timeout was to free. It gets a moment, then is let go.
+    // buffer after this: cancel it and wait for the cancellation (or the completion).
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (request == MPI_REQUEST_NULL || finalized) return true;
     MPI_Cancel(&request);
+    if (!send) {
+      // A receive not yet matched is cancelled at once; one already matched ends when its
+      // data has come, and letting it go would let MPI write into a buffer that may be freed.
+      MPI_Wait(&request, MPI_STATUS_IGNORE);
+      return true;
+    }
+    // Open MPI and MPICH cannot cancel a send: it ends only when its receiver posts, which
+    // after a timeout may be never, so waiting for it would hang the caller that the timeout
+    // was to free. It gets a moment, then is let go; a send only reads its buffer.
     const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
     int done = 0;
     while (MPI_Test(&request, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && done == 0 &&
@@ -156,6 +163,7 @@ class MpiBackend final : public Backend {
       pending->what = "in MPI_Isend, waiting for the receiver";
       TESSERA_CHECK_MPI(MPI_Isend(op.send.data, n, mpi_datatype(op.dtype), op.peer, op.tag, comm_, &pending->request));
     } else {
+      pending->send = false;
       pending->what = "in MPI_Irecv, waiting for the sender";
       TESSERA_CHECK_MPI(MPI_Irecv(op.recv.data, n, mpi_datatype(op.dtype), op.peer, op.tag, comm_, &pending->request));
     }
