@@ -16,6 +16,7 @@
 #include <gloo/transport/tcp/device.h>
 #include <gloo/transport/tcp/loop.h>
 #include <gloo/transport/unbound_buffer.h>
+#include <netdb.h>
 #include <sched.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -116,6 +117,22 @@ std::shared_ptr<gloo::transport::Device> tcp_device() {
       char name[256] = {};
       gethostname(name, sizeof name - 1);
       attr.hostname = name;
+    }
+    // Gloo (Debian 0.0~git20220518) can crash, not throw, when the host name does not resolve: ask
+    // the resolver first.
+    if (!attr.hostname.empty()) {
+      addrinfo hints{};
+      hints.ai_family = AF_UNSPEC;
+      hints.ai_socktype = SOCK_STREAM;
+      addrinfo* found = nullptr;
+      const int rc = getaddrinfo(attr.hostname.c_str(), nullptr, &hints, &found);
+      if (found != nullptr) freeaddrinfo(found);
+      if (rc != 0)
+        throw CommError(std::string("gloo: cannot open a TCP device: the host name '") + attr.hostname +
+                            "' does not resolve (" + gai_strerror(rc) +
+                            "); set TESSERA_GLOO_IFNAME to a network interface or TESSERA_GLOO_HOSTNAME to an "
+                            "address of this host",
+                        __FILE__, __LINE__);
     }
     const bool batched = loop_thread_batched();
     try {
