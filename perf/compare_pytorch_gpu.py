@@ -129,21 +129,25 @@ def tessera_run(args, bias_epilogue):
     return out
 
 
+class ArgumentHelp(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """--help prints the module's whole description as written, and every option's default."""
+
+
 def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=ArgumentHelp)
     p.add_argument("--bench", default="build-cuda/perf/tessera-bench-train", help="tessera-bench-train of a CUDA build")
-    p.add_argument("--layers", type=int, default=8)
-    p.add_argument("--dim", type=int, default=4096)
-    p.add_argument("--batch", type=int, default=1024)
-    p.add_argument("--steps", type=int, default=30)
-    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--layers", type=int, default=8, help="Linear layers")
+    p.add_argument("--dim", type=int, default=4096, help="width of every layer")
+    p.add_argument("--batch", type=int, default=1024, help="batch")
+    p.add_argument("--steps", type=int, default=30, help="timed steps per run")
+    p.add_argument("--warmup", type=int, default=5, help="untimed steps first")
     p.add_argument("--rounds", type=int, default=2, help="alternating Tessera/PyTorch rounds; each keeps its best")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seed of PyTorch's weights and data")
     p.add_argument("--bias-epilogue", choices=["off", "on", "both"], default="both",
                    help="Tessera's Linear bias in cuBLASLt's epilogue (on, Tessera's default on a GPU), after "
                         "the GEMM (off), or both, alternating")
     p.add_argument("--quiet", action="store_true", help="send the benchmark's own table to stderr")
-    p.add_argument("--json")
+    p.add_argument("--json", help="write the results as JSON to this file")
     args = p.parse_args()
 
     # The default way (the epilogue) first: it is the one the headline ratios are of.

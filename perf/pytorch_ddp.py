@@ -67,19 +67,23 @@ def worker(rank, args, port, results):
     dist.destroy_process_group()
 
 
+class ArgumentHelp(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """--help prints the module's whole description as written, and every option's default."""
+
+
 def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--ranks", type=int, default=2)
-    p.add_argument("--layers", type=int, default=8)
-    p.add_argument("--dim", type=int, default=1024)
-    p.add_argument("--batch", type=int, default=128)
-    p.add_argument("--steps", type=int, default=20)
-    p.add_argument("--warmup", type=int, default=5)
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--seed", type=int, default=0)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=ArgumentHelp)
+    p.add_argument("--ranks", type=int, default=2, help="processes, one per core")
+    p.add_argument("--layers", type=int, default=8, help="Linear layers")
+    p.add_argument("--dim", type=int, default=1024, help="width of every layer")
+    p.add_argument("--batch", type=int, default=128, help="global batch, cut across the ranks")
+    p.add_argument("--steps", type=int, default=20, help="timed steps")
+    p.add_argument("--warmup", type=int, default=5, help="untimed steps first")
+    p.add_argument("--threads", type=int, default=1, help="torch threads per rank")
+    p.add_argument("--seed", type=int, default=0, help="seed of the weights and data")
     p.add_argument("--sched", choices=["batch", "normal"], default="batch",
-                   help="scheduling policy of the ranks (see above)")
-    p.add_argument("--json")
+                   help="scheduling policy of the ranks (see the description above)")
+    p.add_argument("--json", help="write the results as JSON to this file")
     args = p.parse_args()
     with socket.socket() as s:  # a free loopback port for the rendezvous
         s.bind(("127.0.0.1", 0))

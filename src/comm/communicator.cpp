@@ -786,7 +786,12 @@ class CommState {
     if (!collective) {
       message +=
           " Peer: rank " + (report.missing.empty() ? std::to_string(op.peer) + " is alive" : report.missing[0]) + ".";
-    } else if (arrived || report.missing.empty()) {
+    } else if (!arrived && report.missing.empty()) {
+      // The fence's deadline passed, and the last rank came before the watchdog asked.
+      message +=
+          " Every rank has arrived by now, but not all within the timeout: one was busy elsewhere for longer "
+          "than that (a long step, I/O), or the timeout is too short for this job.";
+    } else if (arrived) {
       message += " Every rank arrived at this collective, and it did not complete inside the " +
                  std::string(backend_name(backend->kind())) +
                  " backend: a rank stopped or died while the data moved, or a link failed.";
@@ -836,11 +841,18 @@ void rendezvous_to_create(comm::Backend requested, const CommOptions& options) {
     for (int r = 0; r < session.size(); ++r) world[static_cast<std::size_t>(r)] = r;
     const auto report =
         arrivals(Watchdog::instance().query(0, world, kQueryWait), world, session.rank(), sig.coll_seq, true);
-    std::string message = what + " timed out after " + seconds_text(options.timeout) +
-                          " waiting for every rank to create it. Ranks that did not arrive: ";
-    for (std::size_t i = 0; i < report.missing.size(); ++i) message += (i ? "; " : "") + report.missing[i];
-    message +=
-        ". Ranks that arrived: " + rank_list(report.arrived) + ". TESSERA_COMM_TIMEOUT sets the limit in seconds.";
+    std::string message =
+        what + " timed out after " + seconds_text(options.timeout) + " waiting for every rank to create it.";
+    if (report.missing.empty()) {
+      message +=
+          " Every rank has arrived by now, but not all within the timeout: one was busy elsewhere for longer than "
+          "that, or the timeout is too short for this job.";
+    } else {
+      message += " Ranks that did not arrive: ";
+      for (std::size_t i = 0; i < report.missing.size(); ++i) message += (i ? "; " : "") + report.missing[i];
+      message += ". Ranks that arrived: " + rank_list(report.arrived) + ".";
+    }
+    message += " TESSERA_COMM_TIMEOUT sets the limit in seconds.";
     tessera::detail::note_communication_failure();
     throw TimeoutError(message, __FILE__, __LINE__);
   }

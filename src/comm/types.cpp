@@ -91,7 +91,7 @@ CommOptions CommOptions::from_env() {
     } else if (v == "0" || v == "off" || v == "false" || v == "no") {
       options.check = false;
     } else {
-      throw ConfigError(std::string("TESSERA_COMM_CHECK='") + c + "' must be 0 or 1");
+      throw ConfigError(std::string("TESSERA_COMM_CHECK='") + c + "' must be 0 or 1 (or off/on, false/true, no/yes)");
     }
   }
   return options;

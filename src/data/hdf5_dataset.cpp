@@ -25,6 +25,8 @@ class Hdf5Dataset final : public Dataset {
                          "(see docs/training.md)");
     };
     if (!std::filesystem::exists(path)) throw ConfigError("dataset '" + path + "' does not exist");
+    if (std::filesystem::is_directory(path))
+      throw ConfigError("dataset '" + path + "' is a directory; give the HDF5 file in it");
     QuietHdf5 quiet;
     if (H5Fis_hdf5(path.c_str()) <= 0) throw bad("not an HDF5 file");
     file_ = H5Handle(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);

@@ -122,7 +122,7 @@ TEST(Options, FromEnvironmentAndBadValues) {
   EXPECT_THROW_WITH(comm::CommOptions::from_env(), ConfigError, "is more than a year");
   setenv("TESSERA_COMM_TIMEOUT", "0", 1);
   setenv("TESSERA_COMM_CHECK", "maybe", 1);
-  EXPECT_THROW_WITH(comm::CommOptions::from_env(), ConfigError, "TESSERA_COMM_CHECK='maybe' must be 0 or 1");
+  EXPECT_THROW_WITH(comm::CommOptions::from_env(), ConfigError, "TESSERA_COMM_CHECK='maybe' must be 0 or 1 (or off/on, false/true, no/yes)");
   unsetenv("TESSERA_COMM_TIMEOUT");
   unsetenv("TESSERA_COMM_CHECK");
   o = comm::CommOptions::from_env();
