@@ -3,6 +3,8 @@
 # run: 2 ranks, MLP 8 x 1024, global batch 128, AdamW. Goal: Tessera >= 1.5 x PyTorch's
 # steps per second. Needs Debian's python3-torch. JSON in perf/results/.
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/script_args.sh"
+script_args none "$@"
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/env.sh"
 out="$TESSERA_ROOT/perf/results"
 mkdir -p "$out"

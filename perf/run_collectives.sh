@@ -7,6 +7,8 @@
 #  3. every collective at 2 ranks.
 # Run from the repository root after scripts/test.sh (scripts/run.sh builds only tessera-train).
 set -uo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/script_args.sh"
+script_args none "$@"
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/env.sh"
 out="$TESSERA_ROOT/perf/results"
 mkdir -p "$out"

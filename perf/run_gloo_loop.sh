@@ -10,6 +10,8 @@
 # in perf/results/gloo_loop.json; a table on stdout.
 #   perf/run_gloo_loop.sh [rounds (default 3)]
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/script_args.sh"
+script_args rounds "$@"
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/env.sh"
 rounds="${1:-3}"
 out="$TESSERA_ROOT/perf/results/gloo_loop"

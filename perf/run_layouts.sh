@@ -8,6 +8,8 @@
 # JSON per run in perf/results/layouts/, the summary in perf/results/layouts.json.
 #   perf/run_layouts.sh [rounds (default 3)]
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/script_args.sh"
+script_args rounds "$@"
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/env.sh"
 rounds="${1:-3}"
 out="$TESSERA_ROOT/perf/results/layouts"

@@ -7,6 +7,8 @@
 # JSON per run in perf/results/zero/, the summary in perf/results/zero.json; a table on stdout.
 #   perf/run_zero.sh [rounds (default 3)]
 set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/script_args.sh"
+script_args rounds "$@"
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/env.sh"
 rounds="${1:-3}"
 out="$TESSERA_ROOT/perf/results/zero"
