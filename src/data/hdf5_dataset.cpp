@@ -43,7 +43,8 @@ class Hdf5Dataset final : public Dataset {
     inputs_ = H5Handle(H5Dopen2(file_.get(), "/inputs", H5P_DEFAULT), H5Dclose);
     const auto in_shape = shape_of(inputs_.get());
     if (in_shape.size() != 2) throw bad("/inputs has rank " + std::to_string(in_shape.size()) + ", not 2");
-    if (!is_type(inputs_.get(), H5T_NATIVE_FLOAT)) throw bad("/inputs is not float32");
+    if (!is_type(inputs_.get(), H5T_NATIVE_FLOAT))
+      throw bad("/inputs is " + type_name(inputs_.get()) + ", not float32");
     rows_ = static_cast<std::int64_t>(in_shape[0]);
     input_dim_ = static_cast<std::size_t>(in_shape[1]);
     const bool has_targets = H5Lexists(file_.get(), "/targets", H5P_DEFAULT) > 0;
@@ -56,7 +57,8 @@ class Hdf5Dataset final : public Dataset {
       const auto t = shape_of(targets_.get());
       if (t.size() != 2 || static_cast<std::int64_t>(t[0]) != rows_)
         throw bad("/targets must be [" + std::to_string(rows_) + ", d_out]");
-      if (!is_type(targets_.get(), H5T_NATIVE_FLOAT)) throw bad("/targets is not float32");
+      if (!is_type(targets_.get(), H5T_NATIVE_FLOAT))
+        throw bad("/targets is " + type_name(targets_.get()) + ", not float32");
       target_dim_ = static_cast<std::size_t>(t[1]);
     } else {
       require_dataset("/labels");
@@ -64,7 +66,8 @@ class Hdf5Dataset final : public Dataset {
       const auto l = shape_of(labels_.get());
       if (l.size() != 1 || static_cast<std::int64_t>(l[0]) != rows_)
         throw bad("/labels must be [" + std::to_string(rows_) + "]");
-      if (!is_type(labels_.get(), H5T_NATIVE_INT64)) throw bad("/labels is not int64");
+      if (!is_type(labels_.get(), H5T_NATIVE_INT64))
+        throw bad("/labels is " + type_name(labels_.get()) + ", not int64");
       std::vector<std::int64_t> all(static_cast<std::size_t>(rows_));
       TESSERA_CHECK_HDF5(H5Dread(labels_.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, all.data()));
       const auto lo = std::min_element(all.begin(), all.end()), hi = std::max_element(all.begin(), all.end());
@@ -133,9 +136,30 @@ class Hdf5Dataset final : public Dataset {
     TESSERA_CHECK_HDF5(H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr));
     return dims;
   }
+  /// True when the dataset holds what `native` holds, in any byte order (HDF5 converts it on
+  /// reading): a 4-byte float for H5T_NATIVE_FLOAT, a signed 8-byte integer for INT64.
   static bool is_type(hid_t dataset, hid_t native) {
     H5Handle type(TESSERA_CHECK_HDF5(H5Dget_type(dataset)), H5Tclose);
-    return TESSERA_CHECK_HDF5(H5Tequal(type.get(), native)) > 0;
+    const H5T_class_t kind = H5Tget_class(type.get());
+    if (kind != H5Tget_class(native) || H5Tget_size(type.get()) != H5Tget_size(native)) return false;
+    return kind != H5T_INTEGER || H5Tget_sign(type.get()) == H5Tget_sign(native);
+  }
+  /// What the dataset holds, as a message says it: "float64", "uint8", "int32", "strings", ...
+  static std::string type_name(hid_t dataset) {
+    H5Handle type(TESSERA_CHECK_HDF5(H5Dget_type(dataset)), H5Tclose);
+    const std::string bits = std::to_string(8 * H5Tget_size(type.get()));
+    switch (H5Tget_class(type.get())) {
+      case H5T_FLOAT:
+        return "float" + bits;
+      case H5T_INTEGER:
+        return (H5Tget_sign(type.get()) == H5T_SGN_NONE ? "uint" : "int") + bits;
+      case H5T_STRING:
+        return "strings";
+      case H5T_COMPOUND:
+        return "a compound type";
+      default:
+        return "another type (" + bits + "-bit)";
+    }
   }
   /// Reads the given rows (any order) into consecutive rows of out, with one selection.
   void read_rows(hid_t dataset, hid_t type, const std::vector<std::int64_t>& rows, std::size_t cols, void* out) {
