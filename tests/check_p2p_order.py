@@ -18,7 +18,9 @@ import sys
 from collections import defaultdict
 
 events = json.load(open(sys.argv[1]))["traceEvents"]
-tracks = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
+# A track's transfers in flight at once lie on lanes of their own, named "<track> (2)", ...
+tracks = {(e["pid"], e["tid"]): re.sub(r" \(\d+\)$", "", e["args"]["name"])
+          for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
 pattern = re.compile(r"(send|recv) \((\d+) x (\w+), (?:to|from) rank (\d+), tag (\d+)\)")
 queues = defaultdict(list)
 for e in sorted((e for e in events if e.get("cat") == "transfer"), key=lambda e: e["ts"]):

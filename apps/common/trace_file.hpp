@@ -4,6 +4,7 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -41,22 +42,50 @@ inline std::string write_trace(const std::string& path, bool finished) {
   MPI_Bcast(&keep_old, 1, MPI_INT, 0, MPI_COMM_WORLD);
   if (keep_old) return rank == 0 ? "; " + file->abandon() : std::string();
   nlohmann::json mine = nlohmann::json::array();
-  std::map<std::string, int> tracks;
   mine.push_back(
       {{"ph", "M"}, {"name", "process_name"}, {"pid", rank}, {"args", {{"name", "rank " + std::to_string(rank)}}}});
   mine.push_back({{"ph", "M"}, {"name", "process_sort_index"}, {"pid", rank}, {"args", {{"sort_index", rank}}}});
-  for (const auto& e : events) {
-    auto [it, added] = tracks.emplace(e.track, static_cast<int>(tracks.size()));
-    if (added)
+  // Spans on one thread of a trace must nest: Perfetto drops those that overlap partly. Sends
+  // and receives in flight at once do, so each track is laid out in lanes ("comm world.pp",
+  // "comm world.pp (2)", ...): a span goes on the first lane where it starts after the spans
+  // there end, or inside the one still open.
+  struct Lane {
+    int tid;
+    std::vector<double> open_ends;  // ends of the spans still open on it, outermost first
+  };
+  std::map<std::string, std::vector<Lane>> lanes;
+  std::vector<const trace::Event*> order;
+  for (const auto& e : events) order.push_back(&e);
+  std::stable_sort(order.begin(), order.end(), [](const trace::Event* a, const trace::Event* b) {
+    return a->start_us != b->start_us ? a->start_us < b->start_us : a->duration_us > b->duration_us;
+  });
+  int tids = 0;
+  for (const trace::Event* e : order) {
+    const double end = e->start_us + e->duration_us;
+    auto& track = lanes[e->track];
+    Lane* lane = nullptr;
+    for (auto& l : track) {
+      while (!l.open_ends.empty() && l.open_ends.back() <= e->start_us) l.open_ends.pop_back();
+      if (l.open_ends.empty() || end <= l.open_ends.back()) {
+        lane = &l;
+        break;
+      }
+    }
+    if (lane == nullptr) {
+      track.push_back({tids++, {}});
+      lane = &track.back();
+      const std::string name = track.size() == 1 ? e->track : e->track + " (" + std::to_string(track.size()) + ")";
       mine.push_back(
-          {{"ph", "M"}, {"name", "thread_name"}, {"pid", rank}, {"tid", it->second}, {"args", {{"name", e.track}}}});
+          {{"ph", "M"}, {"name", "thread_name"}, {"pid", rank}, {"tid", lane->tid}, {"args", {{"name", name}}}});
+    }
+    lane->open_ends.push_back(end);
     mine.push_back({{"ph", "X"},
-                    {"name", e.name},
-                    {"cat", e.category},
+                    {"name", e->name},
+                    {"cat", e->category},
                     {"pid", rank},
-                    {"tid", it->second},
-                    {"ts", e.start_us},
-                    {"dur", e.duration_us}});
+                    {"tid", lane->tid},
+                    {"ts", e->start_us},
+                    {"dur", e->duration_us}});
   }
   const std::string text = mine.dump();
   int size = static_cast<int>(text.size());
