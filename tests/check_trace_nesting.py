@@ -1,7 +1,7 @@
 """check_trace_nesting.py TRACE: on every thread (track) of a Chrome trace written by
 tessera-train, the complete ("X") spans nest: each one either starts after the spans before it
 end or lies inside the one still open. Perfetto drops spans that overlap partly, so sends and
-receives in flight at once must sit on tracks of their own. Every thread has a name."""
+receives in flight at once must nest or sit on tracks of their own. Every thread has a name."""
 import json
 import sys
 from collections import defaultdict

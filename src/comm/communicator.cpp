@@ -165,7 +165,8 @@ ArrivalReport arrivals(const std::vector<PeerStatus>& peers, const std::vector<i
     } else if (!p.member) {
       report.missing.push_back(r +
                                " (alive, but does not have this communicator: not created yet, or already destroyed)");
-    } else if (!collective || p.collectives_issued <= seq) {
+    } else if (!collective || p.collectives_issued <= seq || (p.running_seq > 0 && p.running_seq - 1 < seq)) {
+      // Not issued yet, or issued (an async op) while an earlier one still runs.
       std::string where = r + " (alive";
       if (p.running_seq > 0)
         where += std::string(" and waiting in ") + op_name(static_cast<OpType>(p.running_op)) + " #" +
@@ -507,10 +508,10 @@ class CommState {
       }
     } traced{op, options.name};
     bool arrived = false;  // the fence confirmed every rank is at this op
+    // Every rank must take the same branch here, so it depends only on the op (check is
+    // frozen into it when issued) and the backend, never on this rank's timeout.
+    const bool fenced = is_collective(op.type) && (op.check || backend->needs_fence());
     try {
-      // Every rank must take the same branch here, so it depends only on the op (check is
-      // frozen into it when issued) and the backend, never on this rank's timeout.
-      const bool fenced = is_collective(op.type) && (op.check || backend->needs_fence());
       if (fenced) fence(op, deadline);
       arrived = fenced;
       if (op.type == OpType::Barrier && fenced) return;  // the fence is a barrier
@@ -521,7 +522,7 @@ class CommState {
       }
       execute_converted(op, deadline);
     } catch (const DeadlineExceeded& e) {
-      timed_out(op, e.what, arrived);
+      timed_out(op, e.what, arrived, fenced && !arrived);
     } catch (const MismatchError&) {
       throw;  // fence() already marked the failure
     } catch (const ConfigError&) {
@@ -544,7 +545,7 @@ class CommState {
       fence(op, Deadline::after(timeout()));
     } catch (const DeadlineExceeded& e) {
       progress.running_seq.store(0);
-      timed_out(op, e.what);
+      timed_out(op, e.what, false, true);
     } catch (...) {
       progress.running_seq.store(0);
       throw;
@@ -773,7 +774,9 @@ class CommState {
 
   /// Raises the TimeoutError of op, naming what each peer was doing. `arrived`: every rank
   /// was known to be at this op (its fence passed), so the data phase stalled.
-  [[noreturn]] void timed_out(const Op& op, const std::string& what, bool arrived = false) {
+  /// `arrived`: the fence confirmed every rank at this op; `fence_expired`: the deadline
+  /// passed in the fence (neither: no fence ran, e.g. NCCL without the check mode).
+  [[noreturn]] void timed_out(const Op& op, const std::string& what, bool arrived = false, bool fence_expired = false) {
     const bool collective = is_collective(op.type);
     std::string message = describe(op) + (collective ? ", collective #" + std::to_string(op.coll_seq) : "") +
                           " on communicator '" + options.name + "' [" + backend_name(backend->kind()) + ", " +
@@ -786,12 +789,12 @@ class CommState {
     if (!collective) {
       message +=
           " Peer: rank " + (report.missing.empty() ? std::to_string(op.peer) + " is alive" : report.missing[0]) + ".";
-    } else if (!arrived && report.missing.empty()) {
+    } else if (fence_expired && report.missing.empty()) {
       // The fence's deadline passed, and the last rank came before the watchdog asked.
       message +=
           " Every rank has arrived by now, but not all within the timeout: one was busy elsewhere for longer "
           "than that (a long step, I/O), or the timeout is too short for this job.";
-    } else if (arrived) {
+    } else if (arrived || report.missing.empty()) {
       message += " Every rank arrived at this collective, and it did not complete inside the " +
                  std::string(backend_name(backend->kind())) +
                  " backend: a rank stopped or died while the data moved, or a link failed.";

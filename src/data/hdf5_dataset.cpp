@@ -144,7 +144,7 @@ class Hdf5Dataset final : public Dataset {
     if (kind != H5Tget_class(native) || H5Tget_size(type.get()) != H5Tget_size(native)) return false;
     return kind != H5T_INTEGER || H5Tget_sign(type.get()) == H5Tget_sign(native);
   }
-  /// What the dataset holds, as a message says it: "float64", "uint8", "int32", "strings", ...
+  /// What the dataset holds, as a message says it: "float64", "uint8", "int32", "a string type", ...
   static std::string type_name(hid_t dataset) {
     H5Handle type(TESSERA_CHECK_HDF5(H5Dget_type(dataset)), H5Tclose);
     const std::string bits = std::to_string(8 * H5Tget_size(type.get()));
@@ -154,11 +154,11 @@ class Hdf5Dataset final : public Dataset {
       case H5T_INTEGER:
         return (H5Tget_sign(type.get()) == H5T_SGN_NONE ? "uint" : "int") + bits;
       case H5T_STRING:
-        return "strings";
+        return "a string type";
       case H5T_COMPOUND:
         return "a compound type";
       default:
-        return "another type (" + bits + "-bit)";
+        return "another type";
     }
   }
   /// Reads the given rows (any order) into consecutive rows of out, with one selection.

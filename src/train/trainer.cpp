@@ -223,16 +223,24 @@ Trainer::Trainer(TrainConfig config, comm::Communicator& comm) : config_(std::mo
                                        config_.teacher_layers ? config_.teacher_layers : config_.layers, config_.seed)
           : data::open_hdf5(config_.data);
   // Every layer of the MLP is as wide as its input: inputs and targets must both be dim wide.
-  const bool targets_fit_inputs = dataset_->has_labels() || dataset_->target_dim() == dataset_->input_dim();
+  const bool targets_fit_inputs = dataset_->has_labels()
+                                      ? dataset_->classes() <= static_cast<std::int64_t>(dataset_->input_dim())
+                                      : dataset_->target_dim() == dataset_->input_dim();
   const std::string same_width =
-      ". Every layer of the MLP is as wide as its input, so inputs and targets must have the same width: pad the "
-      "narrower of /inputs and /targets with columns of zeros";
+      ". Every layer of the MLP is as wide as its input, so its outputs (targets, or one per class) are as many "
+      "as its input features: pad the narrower with columns of zeros (/inputs, or /targets), and set --model.dim "
+      "to that width";
   if (dataset_->input_dim() != config_.dim)
-    throw ConfigError(dataset_->describe() + ": its " + std::to_string(dataset_->input_dim()) +
-                      " input features do not match --model.dim " + std::to_string(config_.dim) +
-                      (targets_fit_inputs ? "; set --model.dim " + std::to_string(dataset_->input_dim())
-                                          : " (and its targets are " + std::to_string(dataset_->target_dim()) +
-                                                " wide)" + same_width));
+    throw ConfigError(
+        dataset_->describe() + ": its " + std::to_string(dataset_->input_dim()) +
+        " input features do not match --model.dim " + std::to_string(config_.dim) +
+        (targets_fit_inputs
+             ? "; set --model.dim " + std::to_string(dataset_->input_dim())
+             : (dataset_->has_labels()
+                    ? " (and its labels have " + std::to_string(dataset_->classes()) + " classes, more than " +
+                          std::to_string(dataset_->input_dim()) + " outputs could hold)"
+                    : " (and its targets are " + std::to_string(dataset_->target_dim()) + " wide)") +
+                   same_width));
   if (!dataset_->has_labels() && dataset_->target_dim() != config_.dim)
     throw ConfigError(dataset_->describe() + ": the model's " + std::to_string(config_.dim) +
                       " outputs cannot fit targets of width " + std::to_string(dataset_->target_dim()) + same_width);

@@ -129,7 +129,7 @@ std::shared_ptr<gloo::transport::Device> tcp_device() {
       if (found != nullptr) freeaddrinfo(found);
       if (rc != 0)
         throw CommError(std::string("gloo: cannot open a TCP device: the host name '") + attr.hostname +
-                            "' does not resolve (" + gai_strerror(rc) +
+                            "' cannot be resolved (" + gai_strerror(rc) +
                             "); set TESSERA_GLOO_IFNAME to a network interface or TESSERA_GLOO_HOSTNAME to an "
                             "address of this host",
                         __FILE__, __LINE__);
