@@ -334,12 +334,13 @@ int main(int argc, char** argv) {
     const double copy_rate = mem_bytes[5] / mem_s[5];
     // The step at the copy's speed, rank by rank (pipeline stages make different passes): its
     // GEMMs, and every byte it moves outside them at its own copy's speed; the slowest rank's.
-    double memory_bound_bytes = optimizer_bytes;  // this rank's, then the most any rank moves
-    for (int k = 0; k < 4; ++k) memory_bound_bytes += pass_bytes[k];
-    const double my_copy_speed_step = median(gemm) + memory_bound_bytes * median(copy_alone) / copy_bytes;
+    double my_bytes = optimizer_bytes;
+    for (int k = 0; k < 4; ++k) my_bytes += pass_bytes[k];
+    const double my_copy_speed_step = median(gemm) + my_bytes * median(copy_alone) / copy_bytes;
     std::vector<double> copy_speed_steps(static_cast<std::size_t>(comm->size()));
     MPI_Allgather(&my_copy_speed_step, 1, MPI_DOUBLE, copy_speed_steps.data(), 1, MPI_DOUBLE, MPI_COMM_WORLD);
-    MPI_Allreduce(MPI_IN_PLACE, &memory_bound_bytes, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    double memory_bound_bytes = 0;  // the most any rank moves
+    MPI_Allreduce(&my_bytes, &memory_bound_bytes, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
     const double copy_speed_step = *std::max_element(copy_speed_steps.begin(), copy_speed_steps.end());
     // Memory and traffic of the rank that holds and sends the most.
     double bytes[6] = {static_cast<double>(last.model_state_bytes),
@@ -363,6 +364,7 @@ int main(int argc, char** argv) {
                                    ? dynamic_cast<const parallel::DistributedDataParallel*>(&trainer.strategy())
                                    : nullptr;
     const bool during_backward = ddp_strategy != nullptr && ddp_strategy->overlaps_backward();
+    const std::string layout = trainer.layout();
     const auto rate_text = [](double bytes_per_s) {
       char text[32];
       if (bytes_per_s >= 1e12)
@@ -392,7 +394,7 @@ int main(int argc, char** argv) {
           "# tessera-bench-train: %d ranks (%s, %s, layout %s), MLP %zu x %zu, global batch %lld, %s%s, grads %s, %d "
           "steps, BLAS threads %s per rank%s\n",
           comm->size(), comm::backend_name(comm->backend()), trainer.strategy().name(),
-          trainer.layout().substr(0, trainer.layout().find(':')).c_str(),  // "dp 1 x tp 1 x pp 2", not its groups
+          layout.substr(0, layout.find(':')).c_str(),  // "dp 1 x tp 1 x pp 2", not its groups
           c.layers, c.dim, static_cast<long long>(c.global_batch), c.optimizer.c_str(),
           c.overlap_optimizer ? " overlapped with communication" : " after communication", dtype_name(c.ddp.grad_dtype),
           steps, host_threads().threads > 0 ? std::to_string(host_threads().threads).c_str() : "?",
@@ -488,7 +490,7 @@ int main(int argc, char** argv) {
               {"pp", c.pp},
               {"microbatches", c.microbatches},
               {"schedule", c.schedule},
-              {"layout", trainer.layout()},
+              {"layout", layout},
               {"zero_prefetch", c.zero.prefetch},
               {"bucket_mb", c.zero_stage == 0 ? c.ddp.bucket_mb : c.zero.bucket_mb},
               {"overlap_optimizer", c.overlap_optimizer},
