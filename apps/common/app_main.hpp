@@ -151,6 +151,23 @@ inline int run_app(int argc, char** argv, CLI::App& app, const std::function<int
   }
   try {
     Session session(kokkos_argc, kokkos_args);
+    // Kokkos takes out of its arguments the flags it knows; one left is a typo it would ignore
+    // ("--kokkos-num-thread=2" ran on the default threads without a word).
+    for (int i = 1; i < kokkos_argc; ++i) {
+      const std::string flag = kokkos_args[i];
+      if (flag.rfind("--kokkos-", 0) != 0) continue;
+      if (session.rank() == 0) {
+        // The thread count's flag was renamed in Kokkos 3.7; the docs show the new name.
+        const std::string older =
+            flag.rfind("--kokkos-num-threads", 0) == 0 ? " (Kokkos before 3.7 names it --kokkos-threads)" : "";
+        std::fprintf(stderr,
+                     "%s: error: Kokkos %d.%d.%d, which this build uses, does not know the flag '%s'%s.\nRun with "
+                     "--kokkos-help for Kokkos' flags, or --help for the options.\n",
+                     name.c_str(), KOKKOS_VERSION / 10000, KOKKOS_VERSION / 100 % 100, KOKKOS_VERSION % 100,
+                     flag.c_str(), older.c_str());
+      }
+      return 2;
+    }
     handle_stop_signals(name, session.rank() == 0);
     ConfigSource config;
     try {
