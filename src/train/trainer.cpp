@@ -11,8 +11,11 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <iomanip>
+#include <limits>
 #include <sstream>
+#include <vector>
 
 namespace tessera::train {
 namespace {
@@ -86,24 +89,24 @@ void TrainConfig::validate() const {
               "; choose --model.dim divisible by " + std::to_string(tp));
 }
 
-double TrainConfig::held_parameters() const {
+double TrainConfig::held_parameters(int stage) const {
   const double d = static_cast<double>(dim), t = tp;
-  // A pipeline stage holds its layers: the first stages, the largest, ceil(layers / pp).
-  const double L = static_cast<double>(pp > 1 ? parallel::stage_layers(layers, pp, 0).count : layers);
+  const double L = static_cast<double>(pp > 1 ? parallel::stage_layers(layers, pp, stage).count : layers);
   if (tp <= 1) return L * (d * d + d);
   // Column-row pairs (the column layer's weight and bias split, the row layer's weight split
-  // and its bias whole); an odd last layer whole.
+  // and its bias whole); an odd last layer whole. Every stage starts at an even layer
+  // (validate()), so only the stage holding the model's last layer can hold an odd one.
   const double pairs = std::floor(L / 2), odd = L - 2 * pairs;
   return pairs * ((d * d + d) / t + d * d / t + d) + odd * (d * d + d);
 }
 
-TrainConfig::MemoryEstimate TrainConfig::estimate_memory(int ranks) const {
-  const double d = static_cast<double>(dim), L = static_cast<double>(layers), f = sizeof(float);
+TrainConfig::MemoryEstimate TrainConfig::estimate_memory(int ranks, int stage) const {
+  const double d = static_cast<double>(dim), f = sizeof(float);
   // The strategies run over the data-parallel ranks; tensor parallelism cuts the replica.
   const int dp = tp * pp > 1 && ranks % (tp * pp) == 0 ? ranks / (tp * pp) : ranks;
   const double n = std::max(1, dp);
   MemoryEstimate e;
-  const double params = held_parameters();
+  const double params = held_parameters(stage);
   const double state = optimizer == "adamw" ? 2 : (momentum > 0 ? 1 : 0);
   const double wire = ddp.grad_dtype == DType::BFloat16 ? 2 : 0;  // bytes per gradient on the wire
   // What each rank keeps (the ZeRO paper's 16, 8 + 8/N, 4 + 12/N, 16/N bytes per parameter
@@ -134,16 +137,55 @@ TrainConfig::MemoryEstimate TrainConfig::estimate_memory(int ranks) const {
   // targets and loss gradient.
   const double gelu_buffers = memory_kind_of_space<DeviceMemorySpace>() == MemoryKind::Host ? 3 : 2;
   const double rows = static_cast<double>(global_batch) / n / static_cast<double>(accum);
-  const double stage_layers = pp > 1 ? static_cast<double>(parallel::stage_layers(layers, pp, 0).count) : L;
-  // A pipeline keeps the micro-batches in flight: all of them (GPipe) or one per later stage.
-  const double in_flight = pp > 1 && schedule == "1f1b" ? std::min(microbatches, pp) / double(microbatches) : 1.0;
-  e.activations = rows * in_flight * d * f * (2 * stage_layers + gelu_buffers * (stage_layers - 1) + 3);
+  const double count = static_cast<double>(pp > 1 ? parallel::stage_layers(layers, pp, stage).count : layers);
+  const double gelus = stage == pp - 1 ? count - 1 : count;  // none after the model's last layer
+  // A pipeline keeps micro-batches in flight: all of them (GPipe), or under 1F1B as many as
+  // the stages from this one on (at most all).
+  const double in_flight =
+      pp > 1 && schedule == "1f1b" ? std::min(microbatches, pp - stage) / double(microbatches) : 1.0;
+  e.activations = rows * in_flight * d * f * (2 * count + gelu_buffers * gelus + 3);
   if (data == "synthetic") {
     // Its samples, and one layer of its teacher at a time with that layer's forward over 256 rows.
     e.data = static_cast<double>(synthetic_samples) * d * f * 2 + (d * d + d) * f * 2 + 256 * d * f * 4;
   }
   return e;
 }
+
+TrainConfig::MemoryEstimate TrainConfig::estimate_memory(int ranks) const {
+  // The stages differ: the first hold the most layers and, under 1F1B, the most micro-batches
+  // in flight; under tensor parallelism the last may hold the model's odd last layer whole.
+  MemoryEstimate largest;
+  for (int stage = 0; stage < std::max(1, pp); ++stage) {
+    const MemoryEstimate e = estimate_memory(ranks, stage);
+    if (stage == 0 || e.total() > largest.total()) largest = e;
+  }
+  return largest;
+}
+
+namespace {
+/// The least budget of any rank, with its source, on every rank: each rank reads its own
+/// (its GPU's free memory, the node's at its own moment), and a check that refused on some
+/// ranks only would leave the others waiting in the next collective.
+MemoryBudget least_budget(comm::Communicator& comm, const MemoryBudget& mine) {
+  if (comm.size() == 1) return mine;
+  const double unknown = std::numeric_limits<double>::max();
+  std::vector<double> least{mine.bytes > 0 ? mine.bytes : unknown};
+  comm.all_reduce({least.data(), least.size()}, comm::ReduceOp::Min);
+  if (least[0] == unknown) return {};
+  // The lowest rank with that budget tells the others where it comes from.
+  std::vector<std::int32_t> owner{mine.bytes == least[0] ? comm.rank() : comm.size()};
+  comm.all_reduce({owner.data(), owner.size()}, comm::ReduceOp::Min);
+  std::vector<std::int32_t> text(256, 0);
+  if (comm.rank() == owner[0])
+    for (std::size_t i = 0; i < mine.source.size() && i + 1 < text.size(); ++i)
+      text[i] = static_cast<unsigned char>(mine.source[i]);
+  comm.broadcast({text.data(), text.size()}, owner[0]);
+  MemoryBudget least_of_all{least[0], ""};
+  for (std::size_t i = 0; i < text.size() && text[i] != 0; ++i) least_of_all.source += static_cast<char>(text[i]);
+  if (owner[0] != 0) least_of_all.source = "rank " + std::to_string(owner[0]) + ": " + least_of_all.source;
+  return least_of_all;
+}
+}  // namespace
 
 Trainer::Trainer(TrainConfig config, comm::Communicator& comm) : config_(std::move(config)), comm_(comm) {
   config_.validate();
@@ -183,6 +225,7 @@ Trainer::Trainer(TrainConfig config, comm::Communicator& comm) : config_(std::mo
   MemoryBudget have = memory_budget();
   if (config_.max_rank_bytes > 0 && (have.bytes <= 0 || config_.max_rank_bytes < have.bytes))
     have = {config_.max_rank_bytes, "--zero.max_rank_bytes"};
+  have = least_budget(comm, have);
   if (have.bytes > 0 && need.total() > have.bytes) {
     const auto gb = [](double b) {  // GB, or MB and kB where a figure would round to 0.0 GB
       std::ostringstream s;
@@ -205,17 +248,16 @@ Trainer::Trainer(TrainConfig config, comm::Communicator& comm) : config_(std::mo
         instead = "; ZeRO stage " + std::to_string(stage) + " (--parallel.zero " + std::to_string(stage) +
                   ") would need about " + gb(total);
     }
-    throw ConfigError("this run needs about " + gb(need.total()) + " per rank with " + strategy +
-                      " (parameters, gradients and " + config_.optimizer + " state of " +
-                      std::to_string(config_.layers) + " layers of " + std::to_string(config_.dim) + " x " +
-                      std::to_string(config_.dim) + ": " + gb(need.model) +
-                      (need.working > 0 ? "; communication buffers: " + gb(need.working) : std::string()) +
-                      "; activations: " + gb(need.activations) +
-                      (need.data > 0 ? "; synthetic data and its teacher: " + gb(need.data) : std::string()) +
-                      "), and a rank has about " + gb(have.bytes) + " (" + have.source + ")" + instead +
-                      "; lower --model.dim, --model.layers, --train.batch or --data.samples, " +
-                      (have.source == "--zero.max_rank_bytes" ? std::string("or raise --zero.max_rank_bytes")
-                                                              : std::string("or run fewer ranks per node")));
+    throw ConfigError(
+        "this run needs about " + gb(need.total()) + " per rank with " + strategy + " (parameters, gradients and " +
+        config_.optimizer + " state of " + std::to_string(config_.layers) + " layers of " +
+        std::to_string(config_.dim) + " x " + std::to_string(config_.dim) + ": " + gb(need.model) +
+        (need.working > 0 ? "; communication buffers: " + gb(need.working) : std::string()) + "; activations: " +
+        gb(need.activations) + (need.data > 0 ? "; synthetic data and its teacher: " + gb(need.data) : std::string()) +
+        "), and a rank has about " + gb(have.bytes) + " (" + have.source + ")" + instead +
+        "; lower --model.dim, --model.layers, --train.batch or --data.samples, " +
+        (have.source.find("--zero.max_rank_bytes") != std::string::npos ? std::string("or raise --zero.max_rank_bytes")
+                                                                        : std::string("or run fewer ranks per node")));
   }
   dataset_ =
       config_.data == "synthetic"

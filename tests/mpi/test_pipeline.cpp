@@ -3,6 +3,7 @@
 // stage ends with the whole model's gradients of its layers (the batch's mean loss).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -260,5 +261,42 @@ TEST(PipelineTraining, ModelStateBytesAreExactOnEveryLayoutAndZeroStage) {
                                                : 16 * shard;
       EXPECT_EQ(m.model_state_bytes, expected) << label(l) << ", zero stage " << zero << ", rank " << world().rank();
     }
+}
+
+// The memory check sizes the rank that needs the most, whichever stage it is in. Under
+// tensor parallelism the last stage holds the model's odd last layer whole, which can be more
+// than the first stage's column-row pairs cut tp ways (3 layers of 64, tp 4, pp 2: 66.6 kB of
+// AdamW state against 34.0). Each stage's DDP model state (16 bytes a parameter, AdamW) is
+// checked against what held_of_layer (checked against the ranks' stores above) says it holds,
+// for every layout that validates, and the run's estimate is its largest stage's.
+TEST(PipelineTraining, MemoryEstimateSizesEveryStage) {
+  auto c = pp_config();
+  c.dim = 24;  // divisible by every tp below
+  for (int tp : {1, 2, 3, 4})
+    for (int pp : {1, 2, 3})
+      for (std::size_t layers = 1; layers <= 7; ++layers) {
+        auto lc = c;
+        lc.tp = tp;
+        lc.pp = pp;
+        lc.layers = layers;
+        try {
+          lc.validate();
+        } catch (const ConfigError&) {
+          continue;  // a layout no run can take
+        }
+        const std::string what =
+            "tp " + std::to_string(tp) + " x pp " + std::to_string(pp) + ", " + std::to_string(layers) + " layers";
+        double largest = 0;
+        for (int stage = 0; stage < pp; ++stage) {
+          const auto range = parallel::stage_layers(layers, pp, stage);
+          std::size_t held = 0;
+          for (std::size_t i = range.first; i < range.first + range.count; ++i)
+            held += held_of_layer(i, layers, lc.dim, static_cast<std::size_t>(tp));
+          const auto e = lc.estimate_memory(tp * pp, stage);
+          EXPECT_EQ(e.model, 16.0 * static_cast<double>(held)) << what << ", stage " << stage;
+          largest = std::max(largest, e.total());
+        }
+        EXPECT_EQ(lc.estimate_memory(tp * pp).total(), largest) << what;
+      }
 }
 }  // namespace

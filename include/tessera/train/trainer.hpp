@@ -66,8 +66,9 @@ struct TrainConfig {
   /// Throws ConfigError for values no run can use (before any communication).
   void validate() const;
 
-  /// Parameters one rank's replica holds (the whole model, or its tensor-parallel blocks).
-  double held_parameters() const;
+  /// Parameters a rank of pipeline stage `stage` holds (the whole model, or its stage's
+  /// layers, or their tensor-parallel blocks).
+  double held_parameters(int stage = 0) const;
   /// Bytes a run of this configuration takes on each of `ranks` ranks, by part.
   struct MemoryEstimate {
     double model = 0;        ///< parameters, gradients and optimizer state kept between steps
@@ -76,6 +77,9 @@ struct TrainConfig {
     double data = 0;         ///< the synthetic task's samples and its teacher (0 for HDF5, read per batch)
     double total() const { return model + working + activations + data; }
   };
+  /// The estimate for a rank of pipeline stage `stage`.
+  MemoryEstimate estimate_memory(int ranks, int stage) const;
+  /// The estimate for the rank that needs the most (pipeline stages differ).
   MemoryEstimate estimate_memory(int ranks) const;
 };
 
