@@ -115,12 +115,6 @@ std::string describe(const Signature& s) {
   return describe(op);
 }
 
-std::string rank_list(const std::vector<int>& ranks) {
-  std::string s;
-  for (std::size_t i = 0; i < ranks.size(); ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
-  return s;
-}
-
 std::uint64_t hash_of(const Signature& sig) {
   std::uint64_t h = 1469598103934665603ull;
   const auto mix = [&h](std::uint64_t v) {
@@ -146,6 +140,26 @@ bool agree(MPI_Comm comm, int rank, int size, std::uint64_t hash, FenceBuffers& 
   return result == tessera::detail::FenceResult::Agree;
 }
 
+/// "1", or "1 (world rank 3)" where this communicator's rank 1 is another rank of the job:
+/// the number the job's launcher and its messages ("[rank 3]") use.
+std::string rank_name(const std::vector<int>& world_ranks, int rank, const std::string& detail = "") {
+  const int world = world_ranks[static_cast<std::size_t>(rank)];
+  std::string inside = world != rank ? "world rank " + std::to_string(world) : "";
+  if (!detail.empty()) inside += (inside.empty() ? "" : "; ") + detail;
+  return std::to_string(rank) + (inside.empty() ? "" : " (" + inside + ")");
+}
+
+std::string rank_names(const std::vector<int>& world_ranks, const std::vector<int>& ranks) {
+  std::string s;
+  for (std::size_t i = 0; i < ranks.size(); ++i) s += (i ? ", " : "") + rank_name(world_ranks, ranks[i]);
+  return s;
+}
+
+/// "a broadcast", "an all_reduce".
+std::string with_article(const char* name) {
+  return std::string(std::strchr("aeiou", name[0]) != nullptr ? "an " : "a ") + name;
+}
+
 /// Sorts the peers' answers about collective `seq` into the ranks (of this communicator) that
 /// have not reached it, each with what is known of it, and those that have.
 struct ArrivalReport {
@@ -157,28 +171,40 @@ ArrivalReport arrivals(const std::vector<PeerStatus>& peers, const std::vector<i
   ArrivalReport report;
   report.arrived.push_back(self);
   for (const auto& p : peers) {
-    const auto r =
-        std::to_string(std::find(world_ranks.begin(), world_ranks.end(), p.world_rank) - world_ranks.begin());
+    const int r =
+        static_cast<int>(std::find(world_ranks.begin(), world_ranks.end(), p.world_rank) - world_ranks.begin());
     if (!p.responded) {
-      report.missing.push_back(r +
-                               " (did not answer within 1 s: dead, stopped, or stuck where its watchdog cannot run)");
+      report.missing.push_back(rank_name(
+          world_ranks, r, "did not answer within 1 s: dead, stopped, or stuck where its watchdog cannot run"));
     } else if (!p.member) {
-      report.missing.push_back(r +
-                               " (alive, but does not have this communicator: not created yet, or already destroyed)");
+      report.missing.push_back(rank_name(
+          world_ranks, r, "alive, but does not have this communicator: not created yet, or already destroyed"));
     } else if (!collective || p.collectives_issued <= seq || (p.running_seq > 0 && p.running_seq - 1 < seq)) {
       // Not issued yet, or issued (an async op) while an earlier one still runs.
-      std::string where = r + " (alive";
-      if (p.running_seq > 0)
+      std::string where = "alive";
+      if (p.running_seq > 0) {
         where += std::string(" and waiting in ") + op_name(static_cast<OpType>(p.running_op)) + " #" +
                  std::to_string(p.running_seq - 1);
-      else if (p.last_op != 255)
-        where += std::string(", not in a collective; its last op was a ") + op_name(static_cast<OpType>(p.last_op)) +
-                 ", of " + std::to_string(p.collectives_issued) + " collectives issued";
-      else
-        where += ", has issued no op here";
-      report.missing.push_back(where + ")");
+      } else {
+        // Busy on another communicator: a rank in a data-parallel reduction is not at the
+        // tensor-parallel collective.
+        const auto& e = p.elsewhere;
+        if (e.busy && e.communicator.empty())
+          where += " and waiting to create a communicator (Communicator::create #" + std::to_string(e.seq) + ")";
+        else if (e.busy)
+          where += std::string(" and waiting in ") + op_name(static_cast<OpType>(e.op)) + " #" + std::to_string(e.seq) +
+                   " on communicator '" + e.communicator + "'";
+        const std::string here = e.busy ? " here" : "";
+        if (p.last_op != 255)
+          where += ", not in a collective" + here + "; its last op" + here + " was " +
+                   with_article(op_name(static_cast<OpType>(p.last_op))) + ", of " +
+                   std::to_string(p.collectives_issued) + " collectives issued";
+        else
+          where += ", has issued no op here";
+      }
+      report.missing.push_back(rank_name(world_ranks, r, where));
     } else {
-      report.arrived.push_back(static_cast<int>(std::stoi(r)));
+      report.arrived.push_back(r);
     }
   }
   std::sort(report.arrived.begin(), report.arrived.end());
@@ -207,7 +233,7 @@ class CommState {
     TESSERA_CHECK_MPI(MPI_Group_free(&mine));
     TESSERA_CHECK_MPI(MPI_Group_free(&world));
     progress.on_stuck = [this](Watchdog& watchdog) { stuck(watchdog); };
-    Watchdog::instance().add(id, &progress);
+    Watchdog::instance().add(id, &progress, options.name);
     device = tessera::detail::current_device();
   }
 
@@ -588,8 +614,8 @@ class CommState {
                           std::to_string(op.coll_seq) + ":";
     for (std::size_t i = 0; i < groups.size(); ++i) {
       const auto& g = groups[i];
-      message += std::string(i ? ";" : "") + (g.second.size() > 1 ? " ranks " : " rank ") + rank_list(g.second) +
-                 " called " + describe(g.first);
+      message += std::string(i ? ";" : "") + (g.second.size() > 1 ? " ranks " : " rank ") +
+                 rank_names(world_ranks, g.second) + " called " + describe(g.first);
       if (g.first.coll_seq != op.coll_seq) message += " as their collective #" + std::to_string(g.first.coll_seq);
     }
     message +=
@@ -733,8 +759,9 @@ class CommState {
     std::vector<std::string> silent;
     for (const auto& p : peers)
       if (!p.responded)
-        silent.push_back(
-            std::to_string(std::find(world_ranks.begin(), world_ranks.end(), p.world_rank) - world_ranks.begin()));
+        silent.push_back(rank_name(
+            world_ranks,
+            static_cast<int>(std::find(world_ranks.begin(), world_ranks.end(), p.world_rank) - world_ranks.begin())));
     std::string text;
     for (std::size_t i = 0; i < silent.size(); ++i) text += (i ? ", " : (silent.size() > 1 ? "s " : " ")) + silent[i];
     return text;
@@ -787,8 +814,8 @@ class CommState {
     const auto peers = Watchdog::instance().query(id, ask, kQueryWait);
     const auto report = arrivals(peers, world_ranks, rank, op.coll_seq, collective);
     if (!collective) {
-      message +=
-          " Peer: rank " + (report.missing.empty() ? std::to_string(op.peer) + " is alive" : report.missing[0]) + ".";
+      message += " Peer: rank " +
+                 (report.missing.empty() ? rank_name(world_ranks, op.peer) + " is alive" : report.missing[0]) + ".";
     } else if (fence_expired && report.missing.empty()) {
       // The fence's deadline passed, and the last rank came before the watchdog asked.
       message +=
@@ -803,7 +830,7 @@ class CommState {
     } else {
       message += " Ranks that did not arrive: ";
       for (std::size_t i = 0; i < report.missing.size(); ++i) message += (i ? "; " : "") + report.missing[i];
-      message += ". Ranks that arrived: " + rank_list(report.arrived) +
+      message += ". Ranks that arrived: " + rank_names(world_ranks, report.arrived) +
                  ". A rank that skipped a collective or runs a different number of them causes this; "
                  "TESSERA_COMM_CHECK=1 compares every op across ranks.";
     }
@@ -820,7 +847,7 @@ void rendezvous_to_create(comm::Backend requested, const CommOptions& options) {
   static Progress creations;  // answers peers' questions about creation; id 0 is no communicator's
   static FenceBuffers buffers;
   static std::once_flag registered;
-  std::call_once(registered, [] { Watchdog::instance().add(0, &creations); });
+  std::call_once(registered, [] { Watchdog::instance().add(0, &creations, ""); });
   const Session& session = Session::current();
   Signature sig{};
   sig.coll_seq = creations.collectives_issued.fetch_add(1);
@@ -853,7 +880,7 @@ void rendezvous_to_create(comm::Backend requested, const CommOptions& options) {
     } else {
       message += " Ranks that did not arrive: ";
       for (std::size_t i = 0; i < report.missing.size(); ++i) message += (i ? "; " : "") + report.missing[i];
-      message += ". Ranks that arrived: " + rank_list(report.arrived) + ".";
+      message += ". Ranks that arrived: " + rank_names(world, report.arrived) + ".";
     }
     message += " TESSERA_COMM_TIMEOUT sets the limit in seconds.";
     tessera::detail::note_communication_failure();

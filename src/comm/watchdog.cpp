@@ -18,10 +18,13 @@ struct Reply {
   std::uint64_t query_id;
   std::uint64_t collectives_issued;
   std::uint64_t running_seq;
+  std::uint64_t busy_comm;  // where the asked communicator runs nothing: one that runs a collective
+  std::uint64_t busy_seq;   // its collective's number + 1 (0: none runs anywhere)
   std::uint8_t member;
   std::uint8_t last_op;
   std::uint8_t running_op;
-  std::uint8_t pad[5];
+  std::uint8_t busy_op;
+  std::uint8_t pad[4];
 };
 
 std::atomic<std::uint64_t> g_next_query{1};
@@ -60,7 +63,11 @@ void Watchdog::stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-void Watchdog::add(std::uint64_t comm_id, const Progress* progress) {
+void Watchdog::add(std::uint64_t comm_id, const Progress* progress, const std::string& name) {
+  {
+    std::lock_guard<std::mutex> lock(names_mutex_);
+    names_[comm_id] = name;
+  }
   std::lock_guard<std::mutex> lock(registry_mutex_);
   registry_[comm_id] = progress;
 }
@@ -97,6 +104,15 @@ void Watchdog::loop() {
             reply.running_seq = it->second->running_seq.load();
             reply.running_op = it->second->running_op.load();
           }
+          if (reply.running_seq == 0)
+            for (const auto& [id, progress] : registry_) {
+              const std::uint64_t seq = progress->running_seq.load();
+              if (id == comm_id || seq == 0) continue;
+              reply.busy_comm = id;
+              reply.busy_seq = seq;
+              reply.busy_op = progress->running_op.load();
+              break;
+            }
         }
         // The reply is small enough to go eagerly; the asker has posted its receive.
         TESSERA_CHECK_MPI(MPI_Send(&reply, sizeof reply, MPI_BYTE, status.MPI_SOURCE, kReplyTag, control_));
@@ -163,6 +179,12 @@ std::vector<PeerStatus> Watchdog::query(std::uint64_t comm_id, const std::vector
       result[k].last_op = r.last_op;
       result[k].running_seq = r.running_seq;
       result[k].running_op = r.running_op;
+      if (r.busy_seq > 0) {
+        // The communicator's id is its path's hash, the same on every rank: named from ours.
+        std::lock_guard<std::mutex> names(names_mutex_);
+        const auto name = names_.find(r.busy_comm);
+        result[k].elsewhere = {true, name != names_.end() ? name->second : "?", r.busy_seq - 1, r.busy_op};
+      }
       --pending;
     }
     std::this_thread::sleep_for(std::chrono::microseconds(200));

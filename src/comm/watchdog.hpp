@@ -14,6 +14,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -44,6 +45,14 @@ struct Progress {
   std::function<void(Watchdog&)> on_stuck;
 };
 
+/// What a rank is busy with on another communicator than the one asked about.
+struct Elsewhere {
+  bool busy = false;         // false: it runs no collective on another communicator either
+  std::string communicator;  // its name ("" for Communicator::create's rendezvous)
+  std::uint64_t seq = 0;     // the collective's number on it
+  std::uint8_t op = 255;     // its OpType
+};
+
 /// A peer's answer about one communicator.
 struct PeerStatus {
   int world_rank = -1;
@@ -53,6 +62,9 @@ struct PeerStatus {
   std::uint8_t last_op = 255;
   std::uint64_t running_seq = 0;  // the collective it runs now, + 1 (0: none)
   std::uint8_t running_op = 255;
+  /// Where it runs nothing on this communicator: the collective it runs on another, if any
+  /// (a rank waiting in a data-parallel reduction is not at the tensor-parallel one).
+  Elsewhere elsewhere;
 };
 
 class Watchdog {
@@ -61,7 +73,9 @@ class Watchdog {
   /// communicator, so starting it is not collective). Stopped at Session end.
   static Watchdog& instance();
 
-  void add(std::uint64_t comm_id, const Progress* progress);
+  /// Registers a communicator's progress under its id, with its name (the same on every rank
+  /// for the same communicator, as the id is).
+  void add(std::uint64_t comm_id, const Progress* progress, const std::string& name);
   /// Forgets comm_id; safe to call after the watchdog has stopped (does nothing then).
   static void remove(std::uint64_t comm_id);
   /// Asks each world rank in `ranks` (this rank excluded) about comm_id; waits up to `wait`.
@@ -76,8 +90,10 @@ class Watchdog {
   int world_rank_ = 0;
   std::mutex registry_mutex_;
   std::map<std::uint64_t, const Progress*> registry_;
-  std::mutex query_mutex_;       // one outgoing query at a time per process
-  std::deque<Query> abandoned_;  // send buffers of queries a peer never received
+  std::mutex names_mutex_;                      // never held with another lock taken after it
+  std::map<std::uint64_t, std::string> names_;  // every communicator this process has had
+  std::mutex query_mutex_;                      // one outgoing query at a time per process
+  std::deque<Query> abandoned_;                 // send buffers of queries a peer never received
   std::mutex stop_mutex_;
   std::condition_variable stop_cv_;
   bool stopping_ = false;

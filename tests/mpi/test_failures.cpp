@@ -112,13 +112,77 @@ TEST(Timeout, BlockingCollectiveNamesTheOpAndTheRankThatNeverCame) {
       EXPECT_NE(m.find("all_reduce (1024 x float32, sum), collective #1 on communicator 'flaky'"), std::string::npos)
           << m;
       EXPECT_NE(m.find("timed out after 0.7 s"), std::string::npos) << m;
-      EXPECT_NE(m.find("Ranks that did not arrive: " + std::to_string(absent) +
-                       " (alive, not in a collective; its last op was a broadcast, of 1 collectives issued)"),
+      // The absent rank waits in the barrier below, on another communicator.
+      EXPECT_NE(m.find("Ranks that did not arrive: " + std::to_string(absent) + " (alive and waiting in barrier #"),
+                std::string::npos)
+          << m;
+      EXPECT_NE(m.find(" on communicator 'world', not in a collective here; its last op here was a broadcast, of 1 "
+                       "collectives issued)"),
                 std::string::npos)
           << m;
     }
     EXPECT_FALSE(sub->usable());
     EXPECT_THROW_WITH(sub->barrier(), CommError, "is unusable after an earlier failure");
+  }
+  w.barrier();
+}
+
+// On a communicator whose ranks are not the job's (a data- or tensor-parallel group), a rank
+// is named by both numbers: its number there is another process's world rank.
+TEST(Timeout, RanksOfASubCommunicatorAreNamedWithTheirWorldRank) {
+  auto& w = world();
+  if (w.size() < 2) GTEST_SKIP() << "needs a second rank to stay away";
+  auto sub = w.split(0, w.size() - 1 - w.rank(), "reversed");  // its rank r is world rank size - 1 - r
+  sub->set_timeout(std::chrono::milliseconds(700));
+  const int absent_world = w.size() - 1, absent_local = 0;
+  std::vector<float> x(16, 1.0f);
+  if (w.rank() != absent_world) {
+    try {
+      sub->all_reduce({x.data(), x.size()});
+      ADD_FAILURE() << "expected a TimeoutError";
+    } catch (const TimeoutError& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find("Ranks that did not arrive: " + std::to_string(absent_local) + " (world rank " +
+                       std::to_string(absent_world) + "; alive and waiting in barrier #"),
+                std::string::npos)
+          << m;
+      EXPECT_NE(m.find("on communicator 'world', has issued no op here)"), std::string::npos) << m;
+      const int me = sub->rank();
+      EXPECT_NE(m.find("Ranks that arrived: "), std::string::npos) << m;
+      EXPECT_NE(m.find(std::to_string(me) + (me == w.rank() ? "" : " (world rank " + std::to_string(w.rank()) + ")")),
+                std::string::npos)
+          << m;
+    }
+  }
+  w.barrier();
+}
+
+// A rank that is waiting in a collective on another communicator is said to be: over a
+// dp x tp mesh, the rank missing from a tensor-parallel all-reduce is often stuck in a
+// data-parallel one.
+TEST(Timeout, ARankBusyOnAnotherCommunicatorIsSaidToBe) {
+  auto& w = world();
+  if (w.size() < 2) GTEST_SKIP() << "needs a second rank to be busy elsewhere";
+  auto busy = breakable("busy", std::chrono::seconds(20));
+  auto flaky = breakable("waited_for", std::chrono::milliseconds(700));
+  std::vector<float> x(16, 1.0f), y(16, 1.0f);
+  flaky->broadcast({x.data(), 4}, 0);  // collective #0 completes everywhere
+  const int elsewhere = w.size() - 1;
+  if (w.rank() == elsewhere) {
+    busy->all_reduce({y.data(), y.size()});  // waits here until the others come
+  } else {
+    try {
+      flaky->all_reduce({x.data(), x.size()});
+      ADD_FAILURE() << "expected a TimeoutError";
+    } catch (const TimeoutError& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find("Ranks that did not arrive: " + std::to_string(elsewhere) +
+                       " (alive and waiting in all_reduce #0 on communicator 'busy', not in a collective here; its "
+                       "last op here was a broadcast, of 1 collectives issued)"),
+                std::string::npos)
+          << m;
+    }
+    busy->all_reduce({y.data(), y.size()});  // lets the busy rank go
   }
   w.barrier();
 }
@@ -130,7 +194,7 @@ TEST(Timeout, AsyncWaitRaisesTheSameError) {
   std::vector<double> x(64, 1.0);
   if (w.rank() != 0) {
     auto work = sub->all_reduce_async({x.data(), x.size()});
-    EXPECT_THROW_WITH(work.wait(), TimeoutError, "Ranks that did not arrive: 0 (alive, has issued no op here)");
+    EXPECT_THROW_WITH(work.wait(), TimeoutError, "Ranks that did not arrive: 0 (alive and waiting in barrier #");
   }
   w.barrier();
 }
