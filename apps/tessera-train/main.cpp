@@ -11,9 +11,11 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
 #include <limits>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <numeric>
 #include <string>
 
 #include "../common/app_main.hpp"
@@ -120,16 +122,24 @@ int main(int argc, char** argv) {
           c.dim, c.layers * (c.dim * c.dim + c.dim), trainer.dataset().describe().c_str(), c.optimizer.c_str(),
           static_cast<long long>(c.global_batch), static_cast<long long>(c.steps),
           blas.threads > 0 ? std::to_string(blas.threads).c_str() : "?", blas.reason.c_str(),
-          blas.kokkos_threads > 0 ? (", Kokkos " + blas.kokkos_backend + " threads " +
-                                     std::to_string(blas.kokkos_threads) + " per rank" +
-                                     (blas.kokkos_reason.empty() ? "" : " (" + blas.kokkos_reason + ")"))
-                                        .c_str()
-                                  : "");
+          blas.kokkos_threads > 0
+              ? (", Kokkos " + blas.kokkos_backend + " threads " + std::to_string(blas.kokkos_threads) + " per rank" +
+                 (blas.kokkos_reason.empty() ? "" : " (" + blas.kokkos_reason + ")"))
+                    .c_str()
+              : "");
     double first_loss = 0, last_loss = 0, elapsed = 0;
+    // The verdict at the end compares the mean loss of the first and of the last few steps:
+    // each step's batch differs, so one step's loss against another's is partly noise.
+    const std::int64_t window = std::max<std::int64_t>(1, std::min<std::int64_t>(5, c.steps / 2));
+    double first_sum = 0;
+    std::deque<double> last_losses;
     const std::int64_t every = std::max<std::int64_t>(1, c.steps / 20);
     auto report = [&](const train::StepMetrics& m) {
       if (m.step == 1) first_loss = m.loss;
       last_loss = m.loss;
+      if (m.step <= window) first_sum += m.loss;
+      last_losses.push_back(m.loss);
+      if (static_cast<std::int64_t>(last_losses.size()) > window) last_losses.pop_front();
       elapsed += m.step_time_s;
       if (!root) return;
       if (metrics_file) {
@@ -190,12 +200,22 @@ int main(int argc, char** argv) {
     if (root && !quiet && c.steps > 0) {
       // How the loss moved, either way (a run that is learning nothing says so too).
       // One step has one loss: nothing to compare.
-      char change[64] = "";
-      if (c.steps > 1 && last_loss > 0 && first_loss >= last_loss)
-        std::snprintf(change, sizeof change, " (%.1fx lower)", first_loss / last_loss);
-      else if (c.steps > 1 && first_loss > 0 && last_loss > first_loss)
-        std::snprintf(change, sizeof change, " (%.1fx HIGHER: not learning; try a lower --optim.lr)",
-                      last_loss / first_loss);
+      // Within 10% either way is no clear change: a rate too low, or too few steps, as often as
+      // one too high.
+      char change[160] = "";
+      const double before = first_sum / static_cast<double>(window);
+      const double after = std::accumulate(last_losses.begin(), last_losses.end(), 0.0) / static_cast<double>(window);
+      const std::string over = window > 1 ? ", mean of the first " + std::to_string(window) +
+                                                " steps against the last " + std::to_string(window)
+                                          : "";
+      if (c.steps > 1 && after > 0 && after * 1.1 < before)
+        std::snprintf(change, sizeof change, " (%.1fx lower%s)", before / after, over.c_str());
+      else if (c.steps > 1 && before > 0 && after > 1.1 * before)
+        std::snprintf(change, sizeof change, " (%.1fx HIGHER%s: not learning; try a lower --optim.lr)", after / before,
+                      over.c_str());
+      else if (c.steps > 1)
+        std::snprintf(change, sizeof change, " (no clear change%s: train longer, or try another --optim.lr)",
+                      over.c_str());
       std::printf("done: %lld step%s in %.1f %s; loss %.6g -> %.6g%s%s\n", static_cast<long long>(c.steps),
                   c.steps == 1 ? "" : "s", elapsed < 1 ? elapsed * 1e3 : elapsed, elapsed < 1 ? "ms" : "s", first_loss,
                   last_loss, change, save_path.empty() ? "" : ("; parameters saved to " + save_path).c_str());
