@@ -106,6 +106,7 @@ TrainConfig::MemoryEstimate TrainConfig::estimate_memory(int ranks, int stage) c
   const int dp = tp * pp > 1 && ranks % (tp * pp) == 0 ? ranks / (tp * pp) : ranks;
   const double n = std::max(1, dp);
   MemoryEstimate e;
+  e.stage = stage;
   const double params = held_parameters(stage);
   const double state = optimizer == "adamw" ? 2 : (momentum > 0 ? 1 : 0);
   const double wire = ddp.grad_dtype == DType::BFloat16 ? 2 : 0;  // bytes per gradient on the wire
@@ -113,6 +114,7 @@ TrainConfig::MemoryEstimate TrainConfig::estimate_memory(int ranks, int stage) c
   // for AdamW), and the buffers the strategy lends while a step runs.
   const double unit = d * d + d;  // a layer: ZeRO stage 3 gathers and reduces one at a time
   const double bucket = dp > 1 ? std::min(params, std::max(zero.bucket_mb * 1024 * 1024 / f, d * d)) : 0;
+  const double slots = params > bucket ? 2 : 1;  // buckets in flight: one where one holds everything
   switch (zero_stage) {
     case 0:
       e.model = params * f * (2 + state);
@@ -120,11 +122,11 @@ TrainConfig::MemoryEstimate TrainConfig::estimate_memory(int ranks, int stage) c
       break;
     case 1:
       e.model = params * f * 2 + params / n * f * state;
-      e.working = 2 * bucket * wire;
+      e.working = slots * bucket * wire;
       break;
     case 2:
       e.model = params * f + params / n * f * (1 + state);
-      e.working = 2 * bucket * (f + wire);
+      e.working = slots * bucket * (f + wire);
       break;
     default:
       e.model = params / n * f * (2 + state);
@@ -227,18 +229,32 @@ Trainer::Trainer(TrainConfig config, comm::Communicator& comm) : config_(std::mo
     have = {config_.max_rank_bytes, "--zero.max_rank_bytes"};
   have = least_budget(comm, have);
   if (have.bytes > 0 && need.total() > have.bytes) {
-    const auto gb = [](double b) {  // GB, or MB and kB where a figure would round to 0.0 GB
+    // GB, or MB, kB and bytes where a figure would round to 0.0 GB; `extra` digits more where
+    // two figures would read alike.
+    const auto gb = [](double b, int extra = 0) {
       std::ostringstream s;
       s << std::fixed;
       if (b >= 1e8)
-        s << std::setprecision(b >= 1e10 ? 0 : 1) << b / 1e9 << " GB";
+        s << std::setprecision((b >= 1e10 ? 0 : 1) + extra) << b / 1e9 << " GB";
       else if (b >= 1e5)
-        s << std::setprecision(b >= 1e7 ? 0 : 1) << b / 1e6 << " MB";
+        s << std::setprecision((b >= 1e7 ? 0 : 1) + extra) << b / 1e6 << " MB";
+      else if (b >= 1e3)
+        s << std::setprecision((b >= 1e4 ? 0 : 1) + extra) << b / 1e3 << " kB";
       else
-        s << std::setprecision(b >= 1e4 ? 0 : 1) << b / 1e3 << " kB";
+        s << std::setprecision(0) << b << (b == 1 ? " byte" : " bytes");
       return s.str();
     };
+    const int extra = gb(need.total()) == gb(have.bytes) ? 2 : 0;
     const std::string strategy = config_.zero_stage == 0 ? "DDP" : "ZeRO stage " + std::to_string(config_.zero_stage);
+    // What the rank that needs the most holds: its pipeline stage's layers, cut tp ways.
+    const std::string size = std::to_string(config_.dim) + " x " + std::to_string(config_.dim);
+    std::string held_layers = std::to_string(config_.layers) + " layers of " + size;
+    if (config_.pp > 1) {
+      const auto range = parallel::stage_layers(config_.layers, config_.pp, need.stage);
+      held_layers =
+          "pipeline stage " + std::to_string(need.stage) + "'s " + std::to_string(range.count) + " of " + held_layers;
+    }
+    if (config_.tp > 1) held_layers += ", cut over " + std::to_string(config_.tp) + " tensor-parallel ranks";
     std::string instead;
     for (int stage = config_.zero_stage + 1; stage <= 3 && ranks > 1 && instead.empty(); ++stage) {
       TrainConfig other = config_;
@@ -249,12 +265,11 @@ Trainer::Trainer(TrainConfig config, comm::Communicator& comm) : config_(std::mo
                   ") would need about " + gb(total);
     }
     throw ConfigError(
-        "this run needs about " + gb(need.total()) + " per rank with " + strategy + " (parameters, gradients and " +
-        config_.optimizer + " state of " + std::to_string(config_.layers) + " layers of " +
-        std::to_string(config_.dim) + " x " + std::to_string(config_.dim) + ": " + gb(need.model) +
+        "this run needs about " + gb(need.total(), extra) + " per rank with " + strategy +
+        " (parameters, gradients and " + config_.optimizer + " state of " + held_layers + ": " + gb(need.model) +
         (need.working > 0 ? "; communication buffers: " + gb(need.working) : std::string()) + "; activations: " +
         gb(need.activations) + (need.data > 0 ? "; synthetic data and its teacher: " + gb(need.data) : std::string()) +
-        "), and a rank has about " + gb(have.bytes) + " (" + have.source + ")" + instead +
+        "), and a rank has about " + gb(have.bytes, extra) + " (" + have.source + ")" + instead +
         "; lower --model.dim, --model.layers, --train.batch or --data.samples, " +
         (have.source.find("--zero.max_rank_bytes") != std::string::npos ? std::string("or raise --zero.max_rank_bytes")
                                                                         : std::string("or run fewer ranks per node")));

@@ -284,6 +284,33 @@ TEST(Zero, AModelTooLargeForDDPUnderTheBudgetTrainsWithStageThree) {
   EXPECT_EQ(t.steps_done(), 2);
 }
 
+// The memory check's estimate of the buckets stages 1 and 2 lend bounds what a step uses,
+// and counts one bucket where one holds the whole model (it counted two, and put stage 2
+// above DDP for a small model).
+TEST(Zero, BucketEstimateBoundsTheMeasuredBuckets) {
+  if (world().size() == 1) GTEST_SKIP() << "one rank lends no buckets";
+  const int n = world().size();
+  for (const bool one_bucket : {true, false})
+    for (int stage : {1, 2}) {
+      auto c = small_config();
+      c.layers = 4;
+      c.dim = 64;
+      c.steps = 2;
+      c.zero_stage = stage;
+      c.ddp.grad_dtype = DType::BFloat16;  // stage 1 lends buckets only to convert the gradients
+      c.zero.bucket_mb = one_bucket ? 1.0 : 0.02;
+      train::Trainer t(c, world());
+      const auto m = t.step();
+      const double estimate = c.estimate_memory(n).working;
+      const std::string what = "stage " + std::to_string(stage) + (one_bucket ? ", one bucket" : ", several buckets");
+      EXPECT_EQ(t.zero().buckets().size() == 1, one_bucket) << what;
+      EXPECT_LE(static_cast<double>(m.working_bytes), estimate) << what;
+      if (one_bucket) {
+        EXPECT_LE(estimate, 1.01 * static_cast<double>(m.working_bytes)) << what;
+      }
+    }
+}
+
 TEST(Zero, BadSettingsAreConfigErrorsBeforeAnythingRuns) {
   auto c = small_config();
   c.zero_stage = 4;

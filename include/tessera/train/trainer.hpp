@@ -75,6 +75,7 @@ struct TrainConfig {
     double working = 0;      ///< the strategy's transient buffers (buckets, gathered layers)
     double activations = 0;  ///< what forward keeps for backward, and the batch
     double data = 0;         ///< the synthetic task's samples and its teacher (0 for HDF5, read per batch)
+    int stage = 0;           ///< the pipeline stage it is for
     double total() const { return model + working + activations + data; }
   };
   /// The estimate for a rank of pipeline stage `stage`.
