@@ -71,17 +71,32 @@ void TrainConfig::validate() const {
           "--parallel.schedule '" + schedule + "' is not a pipeline schedule Tessera has; use 1f1b or gpipe");
   if (pp > 1) {
     parallel::stage_layers(layers, pp, 0);  // ConfigError when there are fewer layers than stages
-    if (tp > 1)
-      for (int s = 1; s < pp; ++s) {
-        const auto r = parallel::stage_layers(layers, pp, s);
-        const std::string at = "stage " + std::to_string(s) + " of " + std::to_string(pp) + " would start at layer " +
-                               std::to_string(r.first) + " of " + std::to_string(layers);
-        require(r.first % 2 == 0, "with --parallel.tp " + std::to_string(tp) +
-                                      " every pipeline stage must hold whole column-row pairs of layers, and " + at +
-                                      "; choose --model.layers so that " + std::to_string(pp) +
-                                      " stages get an even number of layers each (e.g. " + std::to_string(2 * pp) +
-                                      ")");
-      }
+    // Under tensor parallelism layers go in column-row pairs: every stage must start at an
+    // even layer (the last may end with the model's odd last layer, kept whole).
+    const auto first_odd_stage = [&](std::size_t count) {
+      for (int s = 1; s < pp; ++s)
+        if (parallel::stage_layers(count, pp, s).first % 2 != 0) return s;
+      return 0;
+    };
+    if (const int s = tp > 1 ? first_odd_stage(layers) : 0; s > 0) {
+      // The nearest layer counts, below and above, whose stages all start at an even layer.
+      std::vector<std::size_t> fits;
+      for (std::size_t below = layers - 1; below >= static_cast<std::size_t>(pp) && fits.empty(); --below)
+        if (first_odd_stage(below) == 0) fits.push_back(below);
+      for (std::size_t above = layers + 1;; ++above)  // 2 x pp fits: there is one
+        if (first_odd_stage(above) == 0) {
+          fits.push_back(above);
+          break;
+        }
+      std::string choose;
+      for (std::size_t i = 0; i < fits.size(); ++i) choose += (i ? " or " : "") + std::to_string(fits[i]);
+      require(false, "with --parallel.tp " + std::to_string(tp) +
+                         " the layers go in column-row pairs, and every pipeline stage must start at the start of a "
+                         "pair (the last stage may end with an odd last layer, kept whole); stage " +
+                         std::to_string(s) + " of " + std::to_string(pp) + " would start at layer " +
+                         std::to_string(parallel::stage_layers(layers, pp, s).first) + " of " + std::to_string(layers) +
+                         ", inside a pair; choose --model.layers " + choose);
+    }
   }
   require(tp == 1 || dim % static_cast<std::size_t>(tp) == 0,
           "--parallel.tp " + std::to_string(tp) + " cuts every layer's " + std::to_string(dim) +
