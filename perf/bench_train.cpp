@@ -452,10 +452,21 @@ int main(int argc, char** argv) {
       std::printf("  at the copy's speed: GEMMs + those %.1f MB = %.2f ms = %.3f x GEMMs; the step is %.3f x that\n",
                   memory_bound_bytes / 1e6, copy_speed_step * 1e3, copy_speed_step / med[6], med[0] / copy_speed_step);
       const auto mib = [](double b) { return b / (1024.0 * 1024.0); };
-      std::printf(
-          "  per rank (most):   model state %.1f MiB, working buffers %.1f MiB, peak resident %.1f MiB, "
-          "sent %.1f MiB per step\n",
-          mib(bytes[0]), mib(bytes[1]), mib(bytes[2]), mib(bytes[3]));
+      const auto fixed = [](double v, int digits) {
+        char text[32];
+        std::snprintf(text, sizeof text, "%.*f", digits, v);
+        return std::string(text);
+      };
+      // What a rank sends: over data parallelism, and where the layout has them over its
+      // tensor- and pipeline-parallel groups (the JSON's comm_per_step, tp_ and pp_).
+      std::string sent = "sent " + fixed(mib(bytes[3]), 1) + " MiB per step";
+      if (bytes[4] + bytes[5] > 0) {
+        sent = "sent per step: dp " + fixed(mib(bytes[3]), 1) + " MiB";
+        if (bytes[4] > 0) sent += ", tp " + fixed(mib(bytes[4]), 1) + " MiB";
+        if (bytes[5] > 0) sent += ", pp " + fixed(mib(bytes[5]), 1) + " MiB";
+      }
+      std::printf("  per rank (most):   model state %.1f MiB, working buffers %.1f MiB, peak resident %.1f MiB, %s\n",
+                  mib(bytes[0]), mib(bytes[1]), mib(bytes[2]), sent.c_str());
       if (!json_path.empty()) {
         char host[256] = {};
         gethostname(host, sizeof host - 1);
