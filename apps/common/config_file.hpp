@@ -86,10 +86,18 @@ inline std::vector<std::string> expand_config(int argc, char** argv, const CLI::
   std::vector<std::string> args(argv, argv + argc);
   std::string path;
   for (std::size_t i = 1; i < args.size(); ++i) {
+    std::string given;
     if (args[i] == "--config" && i + 1 < args.size())
-      path = args[i + 1];
+      given = args[i + 1];
     else if (args[i].rfind("--config=", 0) == 0)
-      path = args[i].substr(9);
+      given = args[i].substr(9);
+    else
+      continue;
+    // One file: a second would replace the first, whose settings would then be lost unsaid.
+    if (!path.empty())
+      throw ConfigError("--config is given twice ('" + path + "', then '" + given +
+                        "'); give one config file, and the settings that differ as flags after it");
+    path = given;
   }
   if (path.empty()) return args;
   source.path = path;
