@@ -68,7 +68,8 @@ int main(int argc, char** argv) {
     c.steps = warmup + steps;
     if (rounds > steps)
       throw ConfigError("--bench.rounds " + std::to_string(rounds) + " is more than --bench.steps " +
-                        std::to_string(steps));
+                        std::to_string(steps) + ": each round times at least one step; give --bench.steps " +
+                        std::to_string(rounds) + " or more, or fewer --bench.rounds");
     if (!app.count("--data.samples")) c.synthetic_samples = std::max<std::int64_t>(c.global_batch * 8, 1024);
     c = flags.finish(app);
     flags.print_unused(app, "tessera-bench-train", session.rank() == 0);
@@ -391,13 +392,14 @@ int main(int argc, char** argv) {
     };
     if (session.rank() == 0) {
       std::printf(
-          "# tessera-bench-train: %d ranks (%s, %s, layout %s), MLP %zu x %zu, global batch %lld, %s%s, grads %s, %d "
-          "steps, BLAS threads %s per rank%s\n",
-          comm->size(), comm::backend_name(comm->backend()), trainer.strategy().name(),
+          "# tessera-bench-train: %d rank%s (%s, %s, layout %s), MLP %zu x %zu, global batch %lld, %s%s, grads %s, %d "
+          "step%s, BLAS threads %s per rank%s\n",
+          comm->size(), comm->size() == 1 ? "" : "s", comm::backend_name(comm->backend()), trainer.strategy().name(),
           layout.substr(0, layout.find(':')).c_str(),  // "dp 1 x tp 1 x pp 2", not its groups
           c.layers, c.dim, static_cast<long long>(c.global_batch), c.optimizer.c_str(),
           c.overlap_optimizer ? " overlapped with communication" : " after communication", dtype_name(c.ddp.grad_dtype),
-          steps, host_threads().threads > 0 ? std::to_string(host_threads().threads).c_str() : "?",
+          steps, steps == 1 ? "" : "s",
+          host_threads().threads > 0 ? std::to_string(host_threads().threads).c_str() : "?",
           host_threads().kokkos_threads > 0
               ? (", Kokkos " + host_threads().kokkos_backend + " " + std::to_string(host_threads().kokkos_threads) +
                  (host_threads().kokkos_reason.empty() ? "" : " (" + host_threads().kokkos_reason + ")"))

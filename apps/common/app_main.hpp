@@ -178,11 +178,17 @@ inline int run_app(int argc, char** argv, CLI::App& app, const std::function<int
       app.parse(args);
     } catch (const CLI::ParseError& e) {
       if (e.get_exit_code() == 0) return session.rank() == 0 ? app.exit(e) : 0;  // --help
+      // --help with a bad value beside it ("--model.layers 0 --help"): the help, which is what
+      // was asked for (CLI11 checks the value first).
+      const bool help_asked = std::any_of(app_argv.begin() + 1, app_argv.end(), [](const char* a) {
+        return std::string(a) == "--help" || std::string(a) == "-h";
+      });
+      if (help_asked) return session.rank() == 0 ? app.exit(CLI::CallForHelp()) : 0;
       detail::quiet_stop_signals();
       if (session.rank() == 0)
         std::fprintf(stderr, "%s: error: %s%s\nRun with --help for the options.\n", name.c_str(),
                      explain(e, app).c_str(), config.blame(e.what()).c_str());
-      return e.get_exit_code();
+      return 2;  // a usage error, as a config file's (CLI11's own codes differ by kind: 105, 109, ...)
     } catch (const ConfigError& e) {
       detail::quiet_stop_signals();
       if (session.rank() == 0) std::fprintf(stderr, "%s: error: %s\n", name.c_str(), e.message().c_str());

@@ -23,10 +23,17 @@
 #include "../common/train_flags.hpp"
 
 namespace {
+/// m:ss, h:mm:ss from an hour, and "Nd hh:mm:ss" from a day.
 std::string duration_text(double s) {
-  char t[32];
-  const long total = std::lround(s);
-  std::snprintf(t, sizeof t, "%ld:%02ld", total / 60, total % 60);
+  char t[48];
+  const long long total = s < 9e15 ? std::llround(s) : 9000000000000000LL;
+  const long long days = total / 86400, h = total / 3600 % 24, m = total / 60 % 60, sec = total % 60;
+  if (days > 0)
+    std::snprintf(t, sizeof t, "%lldd %02lld:%02lld:%02lld", days, h, m, sec);
+  else if (h > 0)
+    std::snprintf(t, sizeof t, "%lld:%02lld:%02lld", h, m, sec);
+  else
+    std::snprintf(t, sizeof t, "%lld:%02lld", m, sec);
   return t;
 }
 }  // namespace

@@ -1,6 +1,7 @@
 // An HDF5 dataset: /inputs [N, d_in] float32 with /targets [N, d_out] float32 or /labels [N]
 // int64. Each rank opens the file for reading on its own and reads only its rows.
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <filesystem>
 
@@ -24,7 +25,13 @@ class Hdf5Dataset final : public Dataset {
                          ". Expected /inputs [N, d_in] float32 and /targets [N, d_out] float32 or /labels [N] int64 "
                          "(see docs/training.md)");
     };
-    if (!std::filesystem::exists(path)) throw ConfigError("dataset '" + path + "' does not exist");
+    if (!std::filesystem::exists(path)) {
+      std::string lower = path;
+      for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+      throw ConfigError(
+          "dataset '" + path + "' does not exist" +
+          (lower == "synthetic" ? "; the synthetic task is --data.source synthetic, in lower case" : std::string()));
+    }
     if (std::filesystem::is_directory(path))
       throw ConfigError("dataset '" + path + "' is a directory; give the HDF5 file in it");
     QuietHdf5 quiet;

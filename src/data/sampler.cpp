@@ -14,8 +14,8 @@ DistributedSampler::DistributedSampler(std::int64_t dataset_size, std::int64_t g
     throw ConfigError("a global batch of " + std::to_string(global_batch) + " does not divide across " +
                       std::to_string(ranks) + " data-parallel ranks; choose a multiple of " + std::to_string(ranks));
   if (dataset_size < global_batch)
-    throw ConfigError("the dataset has " + std::to_string(dataset_size) + " samples, fewer than one global batch of " +
-                      std::to_string(global_batch));
+    throw ConfigError("the dataset has " + std::to_string(dataset_size) + (dataset_size == 1 ? " sample" : " samples") +
+                      ", fewer than one global batch of " + std::to_string(global_batch));
   local_.resize(static_cast<std::size_t>(global_batch / ranks));
 }
 

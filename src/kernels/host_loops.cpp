@@ -1,5 +1,6 @@
 #include "kernels/host_loops.hpp"
 
+#include <cctype>
 #include <cstdlib>
 #include <string>
 
@@ -30,8 +31,10 @@ std::vector<const HostLoops*> host_loops_available() {
 
 const HostLoops& host_loops_named(const char* isa) {
   std::string names;
+  std::string lower = isa;  // "AVX2" as "avx2", as the flags take their words in any case
+  for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
   for (const HostLoops* l : host_loops_available()) {
-    if (std::string(l->isa) == isa) return *l;
+    if (std::string(l->isa) == lower) return *l;
     names += std::string(names.empty() ? "" : ", ") + l->isa;
   }
   throw ConfigError(std::string("TESSERA_HOST_ISA='") + isa +

@@ -209,15 +209,15 @@ Trainer::Trainer(TrainConfig config, comm::Communicator& comm) : config_(std::mo
   kernels::check_host_isa_setting(comm.rank() == 0);
   kernels::check_gemm_bias_epilogue_setting(comm.rank() == 0);
   const int model_ranks = config_.tp * config_.pp;  // ranks that hold one replica of the model
+  const std::string world_ranks = std::to_string(comm.size()) + (comm.size() == 1 ? " rank" : " ranks");
   if (comm.size() % model_ranks != 0)
     throw ConfigError(config_.pp == 1
-                          ? "--parallel.tp " + std::to_string(config_.tp) + " does not divide the " +
-                                std::to_string(comm.size()) +
-                                " ranks into tensor-parallel groups; choose a divisor of " + std::to_string(comm.size())
+                          ? "--parallel.tp " + std::to_string(config_.tp) + " does not divide the " + world_ranks +
+                                " into tensor-parallel groups; choose a divisor of " + std::to_string(comm.size())
                           : "--parallel.tp " + std::to_string(config_.tp) + " x --parallel.pp " +
                                 std::to_string(config_.pp) + " = " + std::to_string(model_ranks) +
-                                " ranks per model replica does not divide the " + std::to_string(comm.size()) +
-                                " ranks; choose sizes whose product divides " + std::to_string(comm.size()));
+                                " ranks per model replica does not divide the " + world_ranks +
+                                "; choose sizes whose product divides " + std::to_string(comm.size()));
   // Data parallelism runs over the ranks that hold the same blocks of the same layers: all
   // of them, or on a dp x tp x pp mesh (tp fastest: consecutive ranks share a
   // tensor-parallel group; then dp; then pp).

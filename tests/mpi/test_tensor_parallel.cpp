@@ -200,8 +200,9 @@ TEST(TensorParallelTraining, LayoutsThatCannotRunAreConfigErrors) {
   auto c = tp_config(2);
   c.tp = world().size() + 1;
   c.dim = kDim * static_cast<std::size_t>(c.tp);  // a width the group would divide
-  EXPECT_THROW_WITH(train::Trainer(c, world()), ConfigError,
-                    "does not divide the " + std::to_string(world().size()) + " ranks");
+  EXPECT_THROW_WITH(
+      train::Trainer(c, world()), ConfigError,
+      "does not divide the " + std::to_string(world().size()) + (world().size() == 1 ? " rank into" : " ranks into"));
   c.tp = 4;
   c.dim = 10;
   EXPECT_THROW_WITH(train::Trainer(c, world()), ConfigError,
