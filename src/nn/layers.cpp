@@ -118,13 +118,22 @@ void Linear::input_gradient(const View2D<const float>& dy) {
   kernels::gemm(Trans::No, Trans::No, 1.0f, dy, weight_->value2d(), 0.0f, dx_);
 }
 
+void Linear::set_input_grad(bool needed) {
+  Module::set_input_grad(needed);
+  weight_->backward_reads_value = needed;
+  if (bias_ != nullptr) bias_->backward_reads_value = needed;
+}
+
 View2D<float> Linear::backward(const View2D<const float>& dy) {
-  acquire(*weight_, Pass::Backward);
-  if (bias_ != nullptr) acquire(*bias_, Pass::Backward);
+  // Without an input gradient (a model's first layer) backward only writes gradients: a
+  // ZeRO-3 rank gathers nothing for it.
+  const Pass pass = input_grad_ ? Pass::Backward : Pass::WeightGradient;
+  acquire(*weight_, pass);
+  if (bias_ != nullptr) acquire(*bias_, pass);
   weight_gradients(dy);
   auto release = [&] {
-    released(*weight_, Pass::Backward);
-    if (bias_ != nullptr) released(*bias_, Pass::Backward);
+    released(*weight_, pass);
+    if (bias_ != nullptr) released(*bias_, pass);
   };
   if (!input_grad_) {
     release();

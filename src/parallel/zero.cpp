@@ -532,6 +532,11 @@ void ZeroDataParallel::prefetch_after(std::size_t u, nn::Pass pass) {
     const std::ptrdiff_t next = static_cast<std::ptrdiff_t>(u) + (pass == nn::Pass::Forward ? k : -k);
     if (next < 0 || next >= static_cast<std::ptrdiff_t>(units_.size())) return;
     if (gathers_live_ >= options_.prefetch + 1) return;
+    // Backward reads no value of a model's first layer (it forms no input gradient).
+    const auto& params = units_[static_cast<std::size_t>(next)].parameters;
+    if (pass != nn::Pass::Forward &&
+        std::none_of(params.begin(), params.end(), [](const nn::Parameter* p) { return p->backward_reads_value; }))
+      continue;
     if (!gathered_[static_cast<std::size_t>(next)]->live) {
       gather(static_cast<std::size_t>(next));
       ++stats_.gathers_prefetched;

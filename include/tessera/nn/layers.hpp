@@ -41,6 +41,9 @@ class Linear final : public Module {
   View2D<float> backward(const View2D<const float>& dy) override;
   View2D<float> backward_input(const View2D<const float>& dy) override;
   void backward_weights() override;
+  /// Without an input gradient backward reads no value: the parameters say so
+  /// (Parameter::backward_reads_value), and backward acquires them as a weight-gradient pass.
+  void set_input_grad(bool needed) override;
   Parameter& weight() { return *weight_; }
   Parameter* bias() { return bias_; }
   /// A layer on the same parameters (and hooks) with activations of its own: one per

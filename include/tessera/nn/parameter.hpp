@@ -76,6 +76,10 @@ struct Parameter {
   View1D<float> grad;
   /// Set by ParameterStore::zero_grad(): the gradient is zero but its memory was not written.
   bool grad_pending_zero = false;
+  /// Whether backward reads the value: false in the first layer of a model, which forms no
+  /// input gradient (its backward only writes gradients); ZeRO stage 3 then gathers it for
+  /// forward alone.
+  bool backward_reads_value = true;
   /// The factor for the old gradient when a module adds into it: 0 after zero_grad() (the
   /// next gradient is written, not added, and a GEMM with beta 0 reads no old value), else 1.
   /// Clears the mark; every module that writes a gradient uses it.
