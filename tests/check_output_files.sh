@@ -76,6 +76,9 @@ expect nonzero "--trace './run.toml' is the --config file this run reads" "${np2
 cmp -s run.toml run.toml.orig || fail "run.toml was changed"
 expect nonzero "--metrics 'same.out' is also the --save file" "${np2[@]}" "$train" "${small[@]}" --metrics same.out --save "$PWD/same.out"
 [ -e same.out ] && fail "same.out was written by a run that was refused"
+echo '{}' > linked.jsonl && ln -f linked.jsonl linked.trace.json
+expect nonzero "--metrics 'linked.jsonl' is also the --trace file" "${np2[@]}" "$train" "${small[@]}" --metrics linked.jsonl --trace linked.trace.json
+[ "$(stat -c %h linked.jsonl)" = 2 ] || fail "the hard links were parted by a run that was refused"
 expect nonzero "--json 'run.toml' is the --config file this run reads" "${np2[@]}" "$bench_train" --config run.toml --json run.toml
 cmp -s run.toml run.toml.orig || fail "run.toml was changed by the benchmark"
 

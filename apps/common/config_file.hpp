@@ -8,7 +8,9 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
+#include <sstream>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -39,8 +41,9 @@ inline std::string trim(const std::string& s) {
   return s.substr(b, s.find_last_not_of(" \t\r") - b + 1);
 }
 
-/// Checks the lines of a config file for what CLI11's lenient reader lets through.
-inline void check_lines(const std::string& path, std::istream& in) {
+/// Checks the lines of a config file for what CLI11's lenient reader lets through; returns
+/// the line of each setting ("model.layers").
+inline std::map<std::string, int> check_lines(const std::string& path, std::istream& in) {
   std::map<std::string, int> seen, sections;
   std::string section, line;
   for (int number = 1; std::getline(in, line); ++number) {
@@ -76,6 +79,7 @@ inline void check_lines(const std::string& path, std::istream& in) {
       throw ConfigError(where + "'" + key + "' is set twice (first on line " + std::to_string(it->second) + ")");
     seen[key] = number;
   }
+  return seen;
 }
 }  // namespace detail
 
@@ -104,9 +108,13 @@ inline std::vector<std::string> expand_config(int argc, char** argv, const CLI::
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec))
     throw ConfigError("config file '" + path + "' is a directory; give the TOML file in it");
-  std::ifstream file(path);
-  if (!file) throw ConfigError("config file '" + path + "' cannot be read");
-  detail::check_lines(path, file);
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw ConfigError("config file '" + path + "' cannot be read");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // A UTF-8 byte-order mark, which some editors write, is no part of the first line.
+  if (text.rfind("\xEF\xBB\xBF", 0) == 0) text.erase(0, 3);
+  std::istringstream file(text);
+  const auto lines = detail::check_lines(path, file);
   file.clear();
   file.seekg(0);
   std::vector<CLI::ConfigItem> items;
@@ -126,7 +134,10 @@ inline std::vector<std::string> expand_config(int argc, char** argv, const CLI::
       for (const auto& name : opt->get_lnames()) known = known || name == key;
     if (!known || key == "config") {
       const std::string near = key == "config" ? std::string() : closest_option(app, key);
-      throw ConfigError("config file '" + path + "': unknown setting '" + key + "'" +
+      const auto line = lines.find(key);
+      throw ConfigError("config file '" + path + "'" +
+                        (line != lines.end() ? ", line " + std::to_string(line->second) : std::string()) +
+                        ": unknown setting '" + key + "'" +
                         (near.empty() ? " (run with --help for the options)" : "; did you mean '" + near + "'?"));
     }
     settings.push_back("--" + key);

@@ -63,15 +63,20 @@ inline std::string same_file_twice(const std::vector<std::pair<std::string, std:
     const fs::path p = fs::weakly_canonical(fs::absolute(write_target(path), ec), ec);
     return ec ? fs::absolute(path).lexically_normal() : p;
   };
+  // One file by its path, or by two paths (hard links to one file, which replacing one of
+  // them would part).
+  const auto same = [&](const std::string& a, const std::string& b) {
+    std::error_code ec;
+    return key(a) == key(b) || (fs::exists(a, ec) && fs::exists(b, ec) && fs::equivalent(a, b, ec) && !ec);
+  };
   for (std::size_t i = 0; i < outputs.size(); ++i) {
     const auto& [flag, path] = outputs[i];
     if (path.empty()) continue;
-    const auto mine = key(path);
     for (std::size_t j = i + 1; j < outputs.size(); ++j)
-      if (!outputs[j].second.empty() && key(outputs[j].second) == mine)
+      if (!outputs[j].second.empty() && same(outputs[j].second, path))
         return flag + " '" + path + "' is also the " + outputs[j].first + " file; give it a name of its own";
     for (const auto& [input_flag, input] : inputs)
-      if (!input.empty() && key(input) == mine)
+      if (!input.empty() && same(input, path))
         return flag + " '" + path + "' is the " + input_flag + " file this run reads; give it a name of its own";
   }
   return {};

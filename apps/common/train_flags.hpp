@@ -137,7 +137,7 @@ struct TrainFlags {
 
   /// Settings the user gave (on the command line or in --config) that this run does not use,
   /// each saying why: a flag is never ignored in silence. Call after finish().
-  std::vector<std::string> unused(const CLI::App& app) const {
+  std::vector<std::string> unused(const CLI::App& app, int ranks) const {
     const auto& c = config;
     std::vector<std::string> notes;
     const auto given = [&](const char* flag) { return app.count(flag) > 0; };
@@ -162,6 +162,28 @@ struct TrainFlags {
       notes.push_back("--comm.overlap_backward applies to DDP (--parallel.zero 0); " + run +
                       (c.zero_stage == 3 ? " reduces each layer as backward leaves it"
                                          : " reduces each bucket as backward completes it"));
+    // One data-parallel rank (every rank holds a different tensor-parallel block or pipeline
+    // stage): nothing to shard, nothing sent over data parallelism.
+    const int model_ranks = c.tp * c.pp;
+    if (model_ranks > 0 && ranks % model_ranks == 0 && ranks / model_ranks == 1) {
+      const std::string layout =
+          std::to_string(ranks) + (ranks == 1 ? " rank" : " ranks") +
+          (model_ranks > 1 ? " = --parallel.tp " + std::to_string(c.tp) + " x --parallel.pp " + std::to_string(c.pp)
+                           : std::string());
+      if (c.zero_stage > 0)
+        notes.push_back("--parallel.zero " + std::to_string(c.zero_stage) +
+                        " shards over the data-parallel ranks, and this run has one (" + layout +
+                        "): nothing is sharded, and each rank keeps what DDP would");
+      if (given("--comm.grad_dtype") && c.ddp.grad_dtype != DType::Float32)
+        notes.push_back(
+            "--comm.grad_dtype sets the gradients data parallelism sends, and this run has one "
+            "data-parallel rank (" +
+            layout + "): none are sent");
+    }
+    if (c.tp > 1 && c.layers == 1)
+      notes.push_back("--parallel.tp " + std::to_string(c.tp) +
+                      " cuts layers in column-row pairs, and the model's one layer is kept whole on every rank; give "
+                      "--model.layers 2 or more");
     if (c.data != "synthetic")
       for (const char* flag : {"--data.samples", "--data.teacher_layers"})
         if (given(flag))
@@ -170,10 +192,10 @@ struct TrainFlags {
     return notes;
   }
 
-  /// Prints unused(app) on stderr as "NAME: note: ...", from rank 0 only.
-  void print_unused(const CLI::App& app, const char* name, bool root) const {
+  /// Prints unused(app, ranks) on stderr as "NAME: note: ...", from rank 0 only.
+  void print_unused(const CLI::App& app, const char* name, int ranks, bool root) const {
     if (!root) return;
-    for (const auto& note : unused(app)) std::fprintf(stderr, "%s: note: %s\n", name, note.c_str());
+    for (const auto& note : unused(app, ranks)) std::fprintf(stderr, "%s: note: %s\n", name, note.c_str());
     std::fflush(stderr);
   }
 };

@@ -78,7 +78,7 @@ int main(int argc, char** argv) {
   return tessera::apps::run_app(argc, argv, app, [&](tessera::Session& session) {
     using namespace tessera;
     c = flags.finish(app);
-    flags.print_unused(app, "tessera-train", session.rank() == 0);
+    flags.print_unused(app, "tessera-train", session.size(), session.rank() == 0);
     if (!save_path.empty() && c.tp > 1)
       throw ConfigError("--save writes whole tensors, and with --parallel.tp " + std::to_string(c.tp) +
                         " every rank holds blocks of them; saving a tensor-parallel run is not supported yet: "
@@ -109,6 +109,9 @@ int main(int argc, char** argv) {
     std::unique_ptr<apps::OutputFile> metrics_file;
     if (root && !metrics_path.empty()) metrics_file = std::make_unique<apps::OutputFile>("--metrics", metrics_path);
     const HostThreads& blas = host_threads();
+    if (root && quiet && app.count("--progress") && progress != "none")
+      std::fprintf(stderr, "tessera-train: note: --progress %s has no effect with --quiet, which prints nothing\n",
+                   progress.c_str());
     if (progress == "none") quiet = true;
     const bool tty =
         progress == "bar" || (progress == "auto" && isatty(STDOUT_FILENO) != 0 && !apps::started_by_launcher());
@@ -123,11 +126,11 @@ int main(int argc, char** argv) {
                       : ", buckets reduced after backward: one core per rank";
     if (root && !quiet)
       std::printf(
-          "tessera-train: %d rank%s (%s, %s), MLP %zu x %zu (%zu parameters), %s, %s, batch %lld x %lld steps, "
+          "tessera-train: %d rank%s (%s, %s), MLP %zu x %zu (%zu parameters), %s, %s, batch %lld x %lld step%s, "
           "BLAS threads %s per rank (%s)%s\n",
           comm->size(), comm->size() == 1 ? "" : "s", comm::backend_name(comm->backend()), strategy.c_str(), c.layers,
           c.dim, c.layers * (c.dim * c.dim + c.dim), trainer.dataset().describe().c_str(), c.optimizer.c_str(),
-          static_cast<long long>(c.global_batch), static_cast<long long>(c.steps),
+          static_cast<long long>(c.global_batch), static_cast<long long>(c.steps), c.steps == 1 ? "" : "s",
           blas.threads > 0 ? std::to_string(blas.threads).c_str() : "?", blas.reason.c_str(),
           blas.kokkos_threads > 0
               ? (", Kokkos " + blas.kokkos_backend + " threads " + std::to_string(blas.kokkos_threads) + " per rank" +

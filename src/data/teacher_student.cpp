@@ -62,7 +62,8 @@ class TeacherStudent final : public Dataset {
   std::size_t target_dim() const noexcept override { return dim_; }
   std::string describe() const override {
     return "synthetic teacher-student task (" + std::to_string(samples_) + " samples, dimension " +
-           std::to_string(dim_) + ", teacher of " + std::to_string(teacher_layers_) + " layers)";
+           std::to_string(dim_) + ", teacher of " + std::to_string(teacher_layers_) +
+           (teacher_layers_ == 1 ? " layer)" : " layers)");
   }
 
   void load(const std::vector<std::int64_t>& indices, const View2D<float>& inputs, const View2D<float>& targets,

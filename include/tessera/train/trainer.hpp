@@ -59,8 +59,9 @@ struct TrainConfig {
   double max_rank_bytes = 0;
   /// Update each gradient bucket's parameters as soon as its reduction completes, overlapping
   /// the optimizer with the remaining communication (off: one update after all of it). One
-  /// data-parallel rank has no reductions to overlap: on a GPU its update runs after backward
-  /// (measured faster there than beside it); on a CPU each bucket's as backward completes it.
+  /// data-parallel rank has no reductions to overlap: on a GPU, and under ZeRO, its update runs
+  /// after backward (measured faster on a GPU than beside it); DDP on a CPU updates each
+  /// bucket as backward completes it.
   bool overlap_optimizer = true;
 
   /// Throws ConfigError for values no run can use (before any communication).
