@@ -301,6 +301,14 @@ int main(int argc, char** argv) {
       passes_alone(false);
       copy(false);
     }
+    // A line per round on stderr (rank 0's own times), so that a long run shows it is alive
+    // while the report waits for the end.
+    const auto round_done = [&](int r, int done) {
+      if (session.rank() != 0) return;
+      std::fprintf(stderr, "tessera-bench-train: round %d/%d done, %d of %d timed steps; step %.2f ms, GEMMs %.2f ms\n",
+                   r + 1, rounds, done, steps, median(step) * 1e3, median(gemm) * 1e3);
+      std::fflush(stderr);
+    };
     for (int r = 0, done = 0; r < rounds; ++r) {
       const int n = (steps - done) / (rounds - r);
       done += n;
@@ -310,6 +318,7 @@ int main(int argc, char** argv) {
       for (int s = 0; s < n; ++s) all_reduces_alone(true);
       for (int s = 0; s < n; ++s) passes_alone(true);
       for (int s = 0; s < n; ++s) copy(true);
+      round_done(r, done);
     }
     pass_layers.clear();
     acts.clear();

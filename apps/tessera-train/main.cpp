@@ -211,16 +211,20 @@ int main(int argc, char** argv) {
       // How the loss moved, either way (a run that is learning nothing says so too).
       // One step has one loss: nothing to compare.
       // Within 10% either way is no clear change: a rate too low, or too few steps, as often as
-      // one too high.
+      // one too high. Under 10 steps the windows are shorter than 5 steps, and one batch's
+      // loss against another's is partly noise: only a change of 2x or more is told.
       char change[160] = "";
       const double before = first_sum / static_cast<double>(window);
       const double after = std::accumulate(last_losses.begin(), last_losses.end(), 0.0) / static_cast<double>(window);
+      const double clear = window >= 5 ? 1.1 : 2.0;
       const std::string over = window > 1 ? ", mean of the first " + std::to_string(window) +
                                                 " steps against the last " + std::to_string(window)
                                           : "";
-      if (c.steps > 1 && after > 0 && after * 1.1 < before)
+      if (c.steps > 1 && after <= 0 && before > 0)
+        std::snprintf(change, sizeof change, " (down to 0%s)", over.c_str());
+      else if (c.steps > 1 && after * clear < before)
         std::snprintf(change, sizeof change, " (%.1fx lower%s)", before / after, over.c_str());
-      else if (c.steps > 1 && before > 0 && after > 1.1 * before)
+      else if (c.steps > 1 && before > 0 && after > clear * before)
         std::snprintf(change, sizeof change, " (%.1fx HIGHER%s: not learning; try a lower --optim.lr)", after / before,
                       over.c_str());
       else if (c.steps > 1)

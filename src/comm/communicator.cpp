@@ -233,7 +233,8 @@ class CommState {
     TESSERA_CHECK_MPI(MPI_Group_free(&mine));
     TESSERA_CHECK_MPI(MPI_Group_free(&world));
     progress.on_stuck = [this](Watchdog& watchdog) { stuck(watchdog); };
-    Watchdog::instance().add(id, &progress, options.name);
+    progress.name = options.name;
+    Watchdog::instance().add(id, &progress);
     device = tessera::detail::current_device();
   }
 
@@ -847,7 +848,7 @@ void rendezvous_to_create(comm::Backend requested, const CommOptions& options) {
   static Progress creations;  // answers peers' questions about creation; id 0 is no communicator's
   static FenceBuffers buffers;
   static std::once_flag registered;
-  std::call_once(registered, [] { Watchdog::instance().add(0, &creations, ""); });
+  std::call_once(registered, [] { Watchdog::instance().add(0, &creations); });
   const Session& session = Session::current();
   Signature sig{};
   sig.coll_seq = creations.collectives_issued.fetch_add(1);

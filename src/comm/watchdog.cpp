@@ -3,6 +3,7 @@
 #include <tessera/core/session.hpp>
 
 #include <atomic>
+#include <cstdio>
 #include <cstring>
 
 #include "comm/backend.hpp"
@@ -18,13 +19,13 @@ struct Reply {
   std::uint64_t query_id;
   std::uint64_t collectives_issued;
   std::uint64_t running_seq;
-  std::uint64_t busy_comm;  // where the asked communicator runs nothing: one that runs a collective
-  std::uint64_t busy_seq;   // its collective's number + 1 (0: none runs anywhere)
+  std::uint64_t busy_seq;  // where the asked communicator runs nothing: a collective that runs
+                           // on another, its number + 1 (0: none runs anywhere)
   std::uint8_t member;
   std::uint8_t last_op;
   std::uint8_t running_op;
   std::uint8_t busy_op;
-  std::uint8_t pad[4];
+  char busy_name[44];  // that communicator's name, cut to fit
 };
 
 std::atomic<std::uint64_t> g_next_query{1};
@@ -63,11 +64,7 @@ void Watchdog::stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-void Watchdog::add(std::uint64_t comm_id, const Progress* progress, const std::string& name) {
-  {
-    std::lock_guard<std::mutex> lock(names_mutex_);
-    names_[comm_id] = name;
-  }
+void Watchdog::add(std::uint64_t comm_id, const Progress* progress) {
   std::lock_guard<std::mutex> lock(registry_mutex_);
   registry_[comm_id] = progress;
 }
@@ -108,9 +105,9 @@ void Watchdog::loop() {
             for (const auto& [id, progress] : registry_) {
               const std::uint64_t seq = progress->running_seq.load();
               if (id == comm_id || seq == 0) continue;
-              reply.busy_comm = id;
               reply.busy_seq = seq;
               reply.busy_op = progress->running_op.load();
+              std::snprintf(reply.busy_name, sizeof reply.busy_name, "%s", progress->name.c_str());
               break;
             }
         }
@@ -179,12 +176,9 @@ std::vector<PeerStatus> Watchdog::query(std::uint64_t comm_id, const std::vector
       result[k].last_op = r.last_op;
       result[k].running_seq = r.running_seq;
       result[k].running_op = r.running_op;
-      if (r.busy_seq > 0) {
-        // The communicator's id is its path's hash, the same on every rank: named from ours.
-        std::lock_guard<std::mutex> names(names_mutex_);
-        const auto name = names_.find(r.busy_comm);
-        result[k].elsewhere = {true, name != names_.end() ? name->second : "?", r.busy_seq - 1, r.busy_op};
-      }
+      if (r.busy_seq > 0)
+        result[k].elsewhere = {true, std::string(r.busy_name, strnlen(r.busy_name, sizeof r.busy_name)), r.busy_seq - 1,
+                               r.busy_op};
       --pending;
     }
     std::this_thread::sleep_for(std::chrono::microseconds(200));

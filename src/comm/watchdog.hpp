@@ -43,6 +43,10 @@ struct Progress {
   // before the registry's).
   std::atomic<std::int64_t> inside_until{0};
   std::function<void(Watchdog&)> on_stuck;
+  /// The communicator's name ("world.dp"; "" for Communicator::create's rendezvous), set
+  /// before the watchdog is told of it: a peer's question about another communicator is
+  /// answered with it, since that peer may hold another group of the same name (another id).
+  std::string name;
 };
 
 /// What a rank is busy with on another communicator than the one asked about.
@@ -73,9 +77,8 @@ class Watchdog {
   /// communicator, so starting it is not collective). Stopped at Session end.
   static Watchdog& instance();
 
-  /// Registers a communicator's progress under its id, with its name (the same on every rank
-  /// for the same communicator, as the id is).
-  void add(std::uint64_t comm_id, const Progress* progress, const std::string& name);
+  /// Registers a communicator's progress (its name set first) under its id.
+  void add(std::uint64_t comm_id, const Progress* progress);
   /// Forgets comm_id; safe to call after the watchdog has stopped (does nothing then).
   static void remove(std::uint64_t comm_id);
   /// Asks each world rank in `ranks` (this rank excluded) about comm_id; waits up to `wait`.
@@ -90,10 +93,8 @@ class Watchdog {
   int world_rank_ = 0;
   std::mutex registry_mutex_;
   std::map<std::uint64_t, const Progress*> registry_;
-  std::mutex names_mutex_;                      // never held with another lock taken after it
-  std::map<std::uint64_t, std::string> names_;  // every communicator this process has had
-  std::mutex query_mutex_;                      // one outgoing query at a time per process
-  std::deque<Query> abandoned_;                 // send buffers of queries a peer never received
+  std::mutex query_mutex_;       // one outgoing query at a time per process
+  std::deque<Query> abandoned_;  // send buffers of queries a peer never received
   std::mutex stop_mutex_;
   std::condition_variable stop_cv_;
   bool stopping_ = false;

@@ -501,8 +501,12 @@ void ZeroDataParallel::gather(std::size_t u) {
 
 void ZeroDataParallel::wait_gathered(std::size_t u, nn::Pass pass) {
   auto& g = *gathered_[u];
+  const auto ahead = static_cast<std::ptrdiff_t>(u) + (pass == nn::Pass::Forward ? 1 : -1);
   if (kept_ == static_cast<std::ptrdiff_t>(u))
     kept_ = -1;  // the unit the last pass ended with: still gathered
+  else if (kept_ == ahead && options_.prefetch > 0)
+    kept_ = -1;  // the one this pass takes next (backward ended with the second layer, having
+                 // no use for the first): left live, as a prefetch would have gathered it
   else
     drop_kept();
   const bool first = g.users == 0;

@@ -256,7 +256,7 @@ Trainer::Trainer(TrainConfig config, comm::Communicator& comm) : config_(std::mo
       else if (b >= 1e3)
         s << std::setprecision((b >= 1e4 ? 0 : 1) + extra) << b / 1e3 << " kB";
       else
-        s << std::setprecision(0) << b << (b == 1 ? " byte" : " bytes");
+        s << std::setprecision(0) << b << (std::llround(b) == 1 ? " byte" : " bytes");
       return s.str();
     };
     const int extra = gb(need.total()) == gb(have.bytes) ? 2 : 0;

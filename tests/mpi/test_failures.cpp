@@ -159,11 +159,14 @@ TEST(Timeout, RanksOfASubCommunicatorAreNamedWithTheirWorldRank) {
 
 // A rank that is waiting in a collective on another communicator is said to be: over a
 // dp x tp mesh, the rank missing from a tensor-parallel all-reduce is often stuck in a
-// data-parallel one.
+// data-parallel one. From 3 ranks on, "busy" is two groups of one name (even and odd ranks,
+// as a mesh's data-parallel groups are), so ranks of the other group hold another
+// communicator by that name and must still be told which one the busy rank waits in.
 TEST(Timeout, ARankBusyOnAnotherCommunicatorIsSaidToBe) {
   auto& w = world();
   if (w.size() < 2) GTEST_SKIP() << "needs a second rank to be busy elsewhere";
-  auto busy = breakable("busy", std::chrono::seconds(20));
+  auto busy = w.split(w.size() >= 3 ? w.rank() % 2 : 0, w.rank(), "busy");
+  busy->set_timeout(std::chrono::seconds(20));
   auto flaky = breakable("waited_for", std::chrono::milliseconds(700));
   std::vector<float> x(16, 1.0f), y(16, 1.0f);
   flaky->broadcast({x.data(), 4}, 0);  // collective #0 completes everywhere
