@@ -140,6 +140,11 @@ bool agree(MPI_Comm comm, int rank, int size, std::uint64_t hash, FenceBuffers& 
   return result == tessera::detail::FenceResult::Agree;
 }
 
+/// This communicator's number for a peer known by its world rank.
+int local_rank(const std::vector<int>& world_ranks, int world) {
+  return static_cast<int>(std::find(world_ranks.begin(), world_ranks.end(), world) - world_ranks.begin());
+}
+
 /// "1", or "1 (world rank 3)" where this communicator's rank 1 is another rank of the job:
 /// the number the job's launcher and its messages ("[rank 3]") use.
 std::string rank_name(const std::vector<int>& world_ranks, int rank, const std::string& detail = "") {
@@ -171,8 +176,7 @@ ArrivalReport arrivals(const std::vector<PeerStatus>& peers, const std::vector<i
   ArrivalReport report;
   report.arrived.push_back(self);
   for (const auto& p : peers) {
-    const int r =
-        static_cast<int>(std::find(world_ranks.begin(), world_ranks.end(), p.world_rank) - world_ranks.begin());
+    const int r = local_rank(world_ranks, p.world_rank);
     if (!p.responded) {
       report.missing.push_back(rank_name(
           world_ranks, r, "did not answer within 1 s: dead, stopped, or stuck where its watchdog cannot run"));
@@ -759,10 +763,7 @@ class CommState {
   std::string silent_ranks(const std::vector<PeerStatus>& peers) const {
     std::vector<std::string> silent;
     for (const auto& p : peers)
-      if (!p.responded)
-        silent.push_back(rank_name(
-            world_ranks,
-            static_cast<int>(std::find(world_ranks.begin(), world_ranks.end(), p.world_rank) - world_ranks.begin())));
+      if (!p.responded) silent.push_back(rank_name(world_ranks, local_rank(world_ranks, p.world_rank)));
     std::string text;
     for (std::size_t i = 0; i < silent.size(); ++i) text += (i ? ", " : (silent.size() > 1 ? "s " : " ")) + silent[i];
     return text;
