@@ -35,14 +35,15 @@ using comm::ReduceOp;
 const std::vector<std::string> kOps = {"all_reduce", "all_gather", "reduce_scatter",
                                        "broadcast",  "reduce",     "all_to_all"};
 
-/// A size flag's value in bytes; errors name the flag (`flag`, as "-b").
+/// A size flag's value in bytes; errors name the flag (`flag`, as "-b"; none where empty).
 std::size_t parse_size(const std::string& flag, const std::string& text) {
   std::size_t pos = 0;
   double v = 0;
   try {
     v = std::stod(text, &pos);
   } catch (...) {
-    throw ConfigError(flag + ": size '" + text + "' is not a number of bytes (e.g. 64K, 8M, 1G)");
+    throw ConfigError(flag + (flag.empty() ? "" : ": ") + "size '" + text +
+                      "' is not a number of bytes (e.g. 64K, 8M, 1G)");
   }
   std::string unit = text.substr(pos);
   double mult = 1;
@@ -53,9 +54,9 @@ std::size_t parse_size(const std::string& flag, const std::string& text) {
   else if (unit == "G" || unit == "g")
     mult = 1024.0 * 1024 * 1024;
   else if (!unit.empty())
-    throw ConfigError(flag + ": size '" + text + "' has an unknown unit; use K, M or G");
-  if (v <= 0) throw ConfigError(flag + ": size '" + text + "' must be above 0 bytes");
-  if (v * mult >= 9.2e18) throw ConfigError(flag + ": size '" + text + "' is too large");
+    throw ConfigError(flag + (flag.empty() ? "" : ": ") + "size '" + text + "' has an unknown unit; use K, M or G");
+  if (v <= 0) throw ConfigError(flag + (flag.empty() ? "" : ": ") + "size '" + text + "' must be above 0 bytes");
+  if (v * mult >= 9.2e18) throw ConfigError(flag + (flag.empty() ? "" : ": ") + "size '" + text + "' is too large");
   return static_cast<std::size_t>(v * mult);
 }
 
@@ -367,6 +368,17 @@ struct Timing {
     }
   }
 };
+/// The collectives --coll names: one, or all of them.
+std::vector<std::string> check_collective(const std::string& name) {
+  if (name == "all") return kOps;
+  if (std::find(kOps.begin(), kOps.end(), name) == kOps.end())
+    throw ConfigError("unknown collective '" + name +
+                      "'; use all_reduce, all_gather, reduce_scatter, broadcast, reduce, all_to_all or all" +
+                      (name == "sum" || name == "prod" || name == "min" || name == "max" || name == "avg"
+                           ? " (the reduction op is -o, as in nccl-tests)"
+                           : ""));
+  return {name};
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -381,20 +393,28 @@ int main(int argc, char** argv) {
   std::optional<double> min_busbw, min_ratio, timeout_s;
   std::optional<std::string> step_bytes;
   std::vector<std::optional<std::string>> foreign(std::size(kForeignFlags));
-  app.add_option("-b,--minbytes", min_bytes, "smallest size in bytes; K, M and G suffixes")->capture_default_str();
-  app.add_option("-e,--maxbytes", max_bytes, "largest size in bytes")->capture_default_str();
+  const auto size = apps::parsed_by([](const std::string& text) { return parse_size("", text); });
+  app.add_option("-b,--minbytes", min_bytes, "smallest size in bytes; K, M and G suffixes")
+      ->capture_default_str()
+      ->check(size);
+  app.add_option("-e,--maxbytes", max_bytes, "largest size in bytes")->capture_default_str()->check(size);
   auto* factor_opt = app.add_option("-f,--stepfactor", factor, "multiply the size by this between rows")
                          ->capture_default_str()
                          ->check(apps::whole(2, 1 << 20));
   app.add_option("-i,--stepbytes", step_bytes, "add this many bytes between rows instead of -f; K, M and G suffixes")
-      ->excludes(factor_opt);
+      ->excludes(factor_opt)
+      ->check(size);
   app.add_option("--coll", op_name,
                  "collective: all_reduce, all_gather, reduce_scatter, broadcast, reduce, all_to_all, or all of them")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(apps::parsed_by(check_collective));
   app.add_option("-d,--datatype,--dtype", dtype_name_arg,
                  "float32 or float, float64 or double, int32, int64, bfloat16, float16 or half")
-      ->capture_default_str();
-  app.add_option("-o,--op,--redop", redop_name, "reduction op: sum, prod, min, max, avg")->capture_default_str();
+      ->capture_default_str()
+      ->check(apps::parsed_by(parse_dtype));
+  app.add_option("-o,--op,--redop", redop_name, "reduction op: sum, prod, min, max, avg")
+      ->capture_default_str()
+      ->check(apps::parsed_by(comm::parse_reduce_op));
   app.add_option("-r,--root", root, "root rank of broadcast and reduce")->capture_default_str();
   app.add_option("-n,--iters", iters, "timed iterations per measurement")
       ->capture_default_str()
@@ -418,7 +438,9 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(apps::whole(1, 1000));
   app.add_option("--backend", backend_arg, "mpi, gloo, nccl, or all: every one compiled in and usable")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(apps::parsed_by(
+          [](const std::string& name) { return name == "all" ? comm::Backend::Auto : comm::parse_backend(name); }));
   app.add_option("--json,-J,--output_file", json_path, "write the results as JSON to this file")->option_text("FILE");
   app.add_option("-T,--timeout", timeout_s,
                  "seconds any one of Tessera's calls may take before every rank stops with a diagnosis (default: "
@@ -474,14 +496,7 @@ int main(int argc, char** argv) {
     if (session.rank() == 0)
       for (const auto& note : apps::leftover_copy_notes({{json_flag, json_path}}))
         std::fprintf(stderr, "tessera-bench-collectives: note: %s\n", note.c_str());
-    std::vector<std::string> ops = op_name == "all" ? kOps : std::vector<std::string>{op_name};
-    for (const auto& o : ops)
-      if (std::find(kOps.begin(), kOps.end(), o) == kOps.end())
-        throw ConfigError("unknown collective --coll '" + o +
-                          "'; use all_reduce, all_gather, reduce_scatter, broadcast, reduce, all_to_all or all" +
-                          (o == "sum" || o == "prod" || o == "min" || o == "max" || o == "avg"
-                               ? " (the reduction op is -o, as in nccl-tests)"
-                               : ""));
+    const std::vector<std::string> ops = check_collective(op_name);
     if (root < 0 || root >= session.size())
       throw ConfigError("-r " + std::to_string(root) + " is not a rank of this job; use 0.." +
                         std::to_string(session.size() - 1));

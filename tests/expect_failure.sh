@@ -1,18 +1,29 @@
 #!/usr/bin/env bash
-# expect_failure.sh [--forbid REGEX] PATTERN COMMAND...: passes when COMMAND exits non-zero,
-# its output (stdout + stderr) contains PATTERN (a fixed string), and, with --forbid, no line
-# of it matches REGEX (an extended regular expression).
+# expect_failure.sh [--status N] [--forbid REGEX] PATTERN COMMAND...: passes when COMMAND
+# exits non-zero (with --status, exactly N: 2 for a usage error, 1 for any other), its output
+# (stdout + stderr) contains PATTERN (a fixed string), and, with --forbid, no line of it
+# matches REGEX (an extended regular expression).
 forbid=""
-if [ "$1" = "--forbid" ]; then
-  forbid="$2"
+status=""
+while true; do
+  case "$1" in
+    --forbid) forbid="$2" ;;
+    --status) status="$2" ;;
+    *) break ;;
+  esac
   shift 2
-fi
+done
 pattern="$1"
 shift
 output=$("$@" 2>&1)
 rc=$?
 if [ "$rc" -eq 0 ]; then
   echo "expected a non-zero exit, got 0. Output:"
+  echo "$output"
+  exit 1
+fi
+if [ -n "$status" ] && [ "$rc" -ne "$status" ]; then
+  echo "expected exit $status, got $rc. Output:"
   echo "$output"
   exit 1
 fi

@@ -67,7 +67,7 @@ inline void handle_stop_signals(const std::string& name, bool say_it) {
   for (int k = 0; k < 2; ++k) {
     const int n = std::snprintf(detail::g_stop_message[k], sizeof detail::g_stop_message[k],
                                 "\n%s: stopped by %s; files you already had are as they were (the copies replacing "
-                                "them were removed), and new files keep what was written so far\n",
+                                "them were removed); a new file written step by step keeps what was written so far\n",
                                 name.c_str(), names[k]);
     detail::g_stop_length[k] = say_it && n > 0 ? std::min<std::size_t>(static_cast<std::size_t>(n), 511) : 0;
   }

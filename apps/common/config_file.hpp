@@ -70,10 +70,11 @@ inline std::map<std::string, int> check_lines(const std::string& path, std::istr
     const auto eq = text.find('=');
     if (eq == std::string::npos || trim(text.substr(0, eq)).empty())
       throw ConfigError(where + "'" + text + "' is not a setting; write name = value");
-    // As CLI11 names it: quotes and spaces dropped ("layers" = 3, model . layers = 3).
+    // As CLI11 names it: quotes dropped, spaces kept ("layers" = 3 is model.layers; CLI11
+    // does not take model . layers = 3 as model.layers, and refuses it by that name).
     std::string name;
     for (const char ch : trim(text.substr(0, eq)))
-      if (ch != '"' && ch != '\'' && !(ch == ' ' || ch == '\t')) name += ch;
+      if (ch != '"' && ch != '\'') name += ch;
     const std::string key = (section.empty() ? "" : section + ".") + name;
     const std::string value = trim(text.substr(eq + 1));
     if (value.empty()) throw ConfigError(where + "'" + key + "' has no value");

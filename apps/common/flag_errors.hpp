@@ -87,6 +87,11 @@ inline std::string explain(const CLI::ParseError& e, const CLI::App& app) {
       return name + ": '" + what.substr(eq + 3) + "' is not " + (opt ? value_kind(*opt) : "a value it takes");
     }
   }
+  // A value refused by the option's check: CLI11 names the option by its long name, and an
+  // option that has a short one too (-b, --minbytes) is named by both, as argparse does.
+  if (dynamic_cast<const CLI::ValidationError*>(&e) != nullptr && !option.empty())
+    if (const CLI::Option* opt = app.get_option_no_throw(option); opt != nullptr && !opt->get_snames().empty())
+      return "-" + opt->get_snames().front() + "/" + option + what.substr(colon);
   return what;
 }
 

@@ -42,7 +42,9 @@ struct TrainFlags {
         ->capture_default_str()
         ->check(whole(0, std::numeric_limits<long long>::max()));
     // Names of things (optimizer, schedule, backend, dtype) are taken in any case.
-    app.add_option("--optim.name", c.optimizer, "optimizer")->capture_default_str()->option_text("{adamw,sgd}");
+    app.add_option("--optim.name", c.optimizer, "optimizer")
+        ->capture_default_str()
+        ->transform(one_of({"adamw", "sgd"}, "an optimizer Tessera has"));
     app.add_option("--optim.lr", lr, "learning rate; adamw's default is 1e-3, sgd's 0.01")->check(positive(1e3));
     app.add_option("--optim.momentum", c.momentum, "sgd momentum: 0.9 is usual, 0 is none")
         ->capture_default_str()
@@ -80,7 +82,7 @@ struct TrainFlags {
         ->check(whole(1, kMany));
     app.add_option("--parallel.schedule", c.schedule, "pipeline schedule: 1f1b or gpipe")
         ->capture_default_str()
-        ->transform(CLI::IsMember({"1f1b", "gpipe"}, CLI::ignore_case));
+        ->transform(one_of({"1f1b", "gpipe"}, "a pipeline schedule Tessera has"));
     app.add_option("--zero.prefetch", c.zero.prefetch, "ZeRO stage 3: layers gathered ahead of the one computing")
         ->capture_default_str()
         ->check(whole(0, kMany));
@@ -94,32 +96,42 @@ struct TrainFlags {
         ->check(non_negative());
     app.add_option("--comm.backend", backend, "auto: NCCL when every rank has a GPU of its own, else MPI")
         ->capture_default_str()
-        ->option_text("{auto,mpi,gloo,nccl}");
+        ->option_text("{auto,mpi,gloo,nccl}")
+        ->check(parsed_by(comm::parse_backend));
     app.add_option("--comm.bucket_mb", c.ddp.bucket_mb, "DDP gradient bucket size in MiB")
         ->capture_default_str()
         ->check(positive(1 << 20));
     app.add_option("--comm.grad_dtype", grad_dtype, "gradients on the wire")
         ->capture_default_str()
-        ->option_text("{fp32,bf16}");
+        ->option_text("{fp32,bf16}")
+        ->check(parsed_by(wire_dtype));
     app.add_option("--comm.overlap_backward", overlap_backward,
                    "DDP: reduce each gradient bucket during backward, as soon as it is ready (true), or after "
                    "backward (false); auto: true, but false where gradients are in host memory and a rank has "
                    "one core")
         ->capture_default_str()
-        ->option_text("{auto,true,false}");
+        ->transform(
+            one_of({"auto", "true", "false"}, "", {"on", "off", "yes", "no", "1", "0"}, " (nor on/off, yes/no, 1/0)"));
+  }
+
+  /// The dtype gradients travel as, from --comm.grad_dtype: fp32 or bf16 (any name of them).
+  static DType wire_dtype(const std::string& name) {
+    const std::string wire = "'" + name + "' is not a dtype gradients travel as; use fp32 or bf16";
+    DType t = DType::Float32;
+    try {
+      t = parse_dtype(name);
+    } catch (const ConfigError&) {
+      throw ConfigError(wire);
+    }
+    if (t != DType::Float32 && t != DType::BFloat16) throw ConfigError(wire);
+    return t;
   }
 
   /// After parsing: the configuration, checked.
   train::TrainConfig finish(const CLI::App& app) {
     if (app.count("--optim.lr")) config.lr = lr;
     for (auto& ch : config.optimizer) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-    const std::string wire = "--comm.grad_dtype '" + grad_dtype + "': gradients travel as fp32 or bf16";
-    try {
-      config.ddp.grad_dtype = parse_dtype(grad_dtype);
-    } catch (const ConfigError&) {
-      throw ConfigError(wire);
-    }
-    if (config.ddp.grad_dtype != DType::Float32 && config.ddp.grad_dtype != DType::BFloat16) throw ConfigError(wire);
+    config.ddp.grad_dtype = wire_dtype(grad_dtype);
     std::string overlap = overlap_backward;
     for (auto& ch : overlap) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
     if (overlap == "auto")

@@ -5,10 +5,15 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <string>
+#include <utility>
+#include <vector>
+
+#include <tessera/core/error.hpp>
 
 namespace tessera::apps {
 
@@ -64,6 +69,53 @@ inline CLI::Validator non_negative() {
 /// A real number from 0 up to, but not including, 1 (a decay factor such as momentum).
 inline CLI::Validator fraction() {
   return real([](double v) { return v >= 0 && v < 1; }, "0 or more and below 1", "0 or more, below 1");
+}
+
+/// "a, b or c".
+inline std::string either(const std::vector<std::string>& names) {
+  std::string out;
+  for (std::size_t i = 0; i < names.size(); ++i)
+    out += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
+  return out;
+}
+
+/// One of `names`, in any case (taken lower-cased), or of `aliases`; otherwise "'x' is not
+/// <what>; use a, b or c<note>" (without `what`: "'x' is not a, b or c<note>"). --help shows the names as the option's
+/// choices. A wrong name is then a usage error, found while the command line is read, as a range is.
+inline CLI::Validator one_of(std::vector<std::string> names, const std::string& what,
+                             std::vector<std::string> aliases = {}, const std::string& note = "") {
+  std::string shown = "{";
+  for (std::size_t i = 0; i < names.size(); ++i) shown += (i ? "," : "") + names[i];
+  shown += "}";
+  return CLI::Validator(
+      [names, aliases, what, note](std::string& text) -> std::string {
+        std::string lower = text;
+        for (auto& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+        for (const auto* list : {&names, &aliases})
+          for (const auto& name : *list)
+            if (lower == name) {
+              text = lower;
+              return {};
+            }
+        return "'" + text + "' is not " + (what.empty() ? "" : what + "; use ") + either(names) + note;
+      },
+      shown);
+}
+
+/// A value that `parse`, the library's own reader of it, accepts; otherwise the message of
+/// the ConfigError it throws. The value is kept as typed, for the parser to read again.
+template <class Parse>
+CLI::Validator parsed_by(Parse parse) {
+  return CLI::Validator(
+      [parse](std::string& text) -> std::string {
+        try {
+          (void)parse(text);
+          return {};
+        } catch (const ConfigError& e) {
+          return e.message();
+        }
+      },
+      "");
 }
 
 }  // namespace tessera::apps

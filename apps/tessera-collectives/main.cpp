@@ -94,7 +94,9 @@ int main(int argc, char** argv) {
                "mpiexec -n 4 tessera-collectives"};
   std::string backend_name = "auto";  // as tessera-train: NCCL where every rank has a GPU, else MPI
   bool info = false;
-  app.add_option("--backend", backend_name, "communication backend: auto, mpi, gloo or nccl")->capture_default_str();
+  app.add_option("--backend", backend_name, "communication backend: auto, mpi, gloo or nccl")
+      ->capture_default_str()
+      ->check(tessera::apps::parsed_by(tessera::comm::parse_backend));
   app.add_flag("--info", info, "print the build configuration first");
 
   return tessera::apps::run_app(argc, argv, app, [&](tessera::Session& session) {

@@ -72,7 +72,7 @@ int main(int argc, char** argv) {
                  "when its output is a file, else lines; bar: redrawn in place; lines; or none")
       ->capture_default_str()
       ->group("Output")
-      ->transform(CLI::IsMember({"auto", "bar", "lines", "none"}, CLI::ignore_case));
+      ->transform(tessera::apps::one_of({"auto", "bar", "lines", "none"}, "a progress style"));
   app.add_flag("--quiet", quiet, "no progress output: --progress none")->group("Output");
 
   return tessera::apps::run_app(argc, argv, app, [&](tessera::Session& session) {

@@ -237,6 +237,9 @@ class CommState {
     TESSERA_CHECK_MPI(MPI_Group_free(&mine));
     TESSERA_CHECK_MPI(MPI_Group_free(&world));
     progress.on_stuck = [this](Watchdog& watchdog) { stuck(watchdog); };
+    // A peer's watchdog reads an empty name as "creating a communicator" (Communicator::create's
+    // rendezvous), so a communicator named "" is named for the messages.
+    if (options.name.empty()) options.name = "(unnamed)";
     progress.name = options.name;
     Watchdog::instance().add(id, &progress);
     device = tessera::detail::current_device();

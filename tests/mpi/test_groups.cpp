@@ -43,6 +43,18 @@ TEST(Split, ByParityWithReversedKeys) {
   EXPECT_EQ(v, sum);
 }
 
+// A peer's watchdog reads an empty name as a rank creating a communicator, so a communicator
+// created with an empty name takes one that messages can show.
+TEST(Create, AnEmptyNameReadsUnnamed) {
+  comm::CommOptions options;
+  options.name = "";
+  auto c = comm::Communicator::create(world().backend(), options);
+  EXPECT_EQ(c->name(), "(unnamed)");
+  double v = 1;
+  c->all_reduce({&v, 1});
+  EXPECT_EQ(v, world().size());
+}
+
 TEST(Split, NegativeColorLeavesTheRankOut) {
   auto& w = world();
   auto sub = w.split(w.rank() == 0 ? -1 : 0, w.rank());

@@ -229,6 +229,30 @@ TEST(Zero, StageThreeGathersTheLayerForwardEndsWithOnceAndTheFirstForForwardOnly
   }
 }
 
+TEST(Zero, StageThreeGathersAOneLayerModelOncePerStep) {
+  if (world().size() == 1) GTEST_SKIP() << "one rank gathers nothing";
+  // The one layer is both the first and the last: the first forward gathers it, backward
+  // reads no value of it (it forms no input gradient), and the layer a pass ends with stays
+  // gathered for the next pass, so later micro-steps find it there. The optimizer changes
+  // it, so the next step gathers it again.
+  auto c = small_config();
+  c.layers = 1;
+  c.zero_stage = 3;
+  c.global_batch = 48;
+  for (int prefetch : {0, 1}) {
+    c.zero.prefetch = prefetch;
+    for (std::int64_t accum : {1, 2, 4}) {
+      c.accum = accum;
+      train::Trainer t(c, world());
+      for (int step = 0; step < 2; ++step) {
+        t.step();
+        EXPECT_EQ(t.strategy().last_sync().gathers, 1u)
+            << "prefetch " << prefetch << ", accumulation " << accum << ", step " << step;
+      }
+    }
+  }
+}
+
 TEST(Zero, StagesOneAndTwoSendWhatDDPSendsAndStageThreeHalfAgainMoreButTwoLayers) {
   if (world().size() == 1) GTEST_SKIP() << "one rank sends nothing";
   auto c = small_config();

@@ -87,7 +87,7 @@ struct CommOptions {
   std::chrono::milliseconds timeout{std::chrono::minutes(10)};
   /// Ranks compare (op, count, dtype, root) before moving data. Env: TESSERA_COMM_CHECK=1.
   bool check = false;
-  /// Name shown in errors and traces.
+  /// Name shown in errors and traces; an empty one reads "(unnamed)".
   std::string name = "world";
   /// Reads TESSERA_COMM_TIMEOUT and TESSERA_COMM_CHECK; throws ConfigError on bad values.
   static CommOptions from_env();
