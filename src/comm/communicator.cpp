@@ -13,6 +13,7 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "comm/backend.hpp"
@@ -193,7 +194,11 @@ ArrivalReport arrivals(const std::vector<PeerStatus>& peers, const std::vector<i
         // Busy on another communicator: a rank in a data-parallel reduction is not at the
         // tensor-parallel collective.
         const auto& e = p.elsewhere;
-        if (e.busy && e.communicator.empty())
+        if (e.busy && e.peer >= 0)
+          where += std::string(" and waiting in ") +
+                   (e.op == static_cast<std::uint8_t>(OpType::Send) ? "a send to" : "a receive from") + " world rank " +
+                   std::to_string(e.peer) + " on communicator '" + e.communicator + "'";
+        else if (e.busy && e.communicator.empty())
           where += " and waiting to create a communicator (Communicator::create #" + std::to_string(e.seq) + ")";
         else if (e.busy)
           where += std::string(" and waiting in ") + op_name(static_cast<OpType>(e.op)) + " #" + std::to_string(e.seq) +
@@ -377,9 +382,29 @@ class CommState {
     t.staging.reset();
   }
 
+  /// What the watchdog says of this rank while its caller waits for a send or receive (a
+  /// pipeline stage waiting for its neighbour is in no collective).
+  struct WaitingFor {
+    Progress& progress;
+    std::uint64_t value;
+    WaitingFor(CommState& comm, const Op& op)
+        : progress(comm.progress),
+          value(static_cast<std::uint64_t>(op.type) << 32 |
+                static_cast<std::uint32_t>(comm.world_ranks[static_cast<std::size_t>(op.peer)] + 1)) {
+      progress.waiting_transfer.store(value);
+    }
+    WaitingFor(const WaitingFor&) = delete;
+    WaitingFor& operator=(const WaitingFor&) = delete;
+    ~WaitingFor() {
+      std::uint64_t mine = value;
+      progress.waiting_transfer.compare_exchange_strong(mine, 0);
+    }
+  };
+
   /// Waits for a posted transfer on the calling thread (blocking send/recv).
   void finish(Transfer& t) {
     auto error = attempt(t.work->op, [&] {
+      const WaitingFor waiting(*this, t.work->op);
       t.pending->wait(t.deadline);
       received(t);
     });
@@ -903,6 +928,8 @@ using detail::OpType;
 void Work::wait() {
   if (!state_) return;
   auto& w = *state_;
+  std::optional<detail::CommState::WaitingFor> transfer;
+  if (!w.done.load() && !detail::is_collective(w.op.type)) transfer.emplace(*w.comm, w.op);
   std::unique_lock<std::mutex> lock(w.mutex);
   while (!w.done.load()) {
     w.cv.wait_for(lock, std::chrono::milliseconds(50));

@@ -25,7 +25,9 @@ struct Reply {
   std::uint8_t last_op;
   std::uint8_t running_op;
   std::uint8_t busy_op;
-  char busy_name[44];  // that communicator's name, cut to fit
+  std::int32_t busy_peer;  // where no collective runs: the peer's world rank + 1 of a send or
+                           // receive this rank waits in (busy_op), on any communicator; 0: none
+  char busy_name[40];      // that communicator's name, cut to fit
 };
 
 std::atomic<std::uint64_t> g_next_query{1};
@@ -110,6 +112,15 @@ void Watchdog::loop() {
               std::snprintf(reply.busy_name, sizeof reply.busy_name, "%s", progress->name.c_str());
               break;
             }
+          if (reply.running_seq == 0 && reply.busy_seq == 0)
+            for (const auto& [id, progress] : registry_) {
+              const std::uint64_t waiting = progress->waiting_transfer.load();
+              if (waiting == 0) continue;
+              reply.busy_op = static_cast<std::uint8_t>(waiting >> 32);
+              reply.busy_peer = static_cast<std::int32_t>(waiting & 0xffffffffu);
+              std::snprintf(reply.busy_name, sizeof reply.busy_name, "%s", progress->name.c_str());
+              break;
+            }
         }
         // The reply is small enough to go eagerly; the asker has posted its receive.
         TESSERA_CHECK_MPI(MPI_Send(&reply, sizeof reply, MPI_BYTE, status.MPI_SOURCE, kReplyTag, control_));
@@ -176,9 +187,9 @@ std::vector<PeerStatus> Watchdog::query(std::uint64_t comm_id, const std::vector
       result[k].last_op = r.last_op;
       result[k].running_seq = r.running_seq;
       result[k].running_op = r.running_op;
-      if (r.busy_seq > 0)
-        result[k].elsewhere = {true, std::string(r.busy_name, strnlen(r.busy_name, sizeof r.busy_name)), r.busy_seq - 1,
-                               r.busy_op};
+      if (r.busy_seq > 0 || r.busy_peer > 0)
+        result[k].elsewhere = {true, std::string(r.busy_name, strnlen(r.busy_name, sizeof r.busy_name)),
+                               r.busy_seq > 0 ? r.busy_seq - 1 : 0, r.busy_op, r.busy_peer - 1};
       --pending;
     }
     std::this_thread::sleep_for(std::chrono::microseconds(200));

@@ -36,6 +36,9 @@ struct Progress {
   // The collective this rank is running now: its number + 1 (0: none) and OpType.
   std::atomic<std::uint64_t> running_seq{0};
   std::atomic<std::uint8_t> running_op{255};
+  // While a caller waits for a send or receive (blocking, or its Work): (OpType << 32) |
+  // (the peer's world rank + 1); 0 otherwise. Transfers have no collective number.
+  std::atomic<std::uint64_t> waiting_transfer{0};
   // While an op is inside its backend's call: the steady-clock time (ticks) after which it
   // is stuck there (its deadline and a grace); 0 otherwise. The watchdog then calls
   // on_stuck, which does not return, with the registry locked (it asks the peers through
@@ -55,6 +58,7 @@ struct Elsewhere {
   std::string communicator;  // its name ("" for Communicator::create's rendezvous)
   std::uint64_t seq = 0;     // the collective's number on it
   std::uint8_t op = 255;     // its OpType
+  int peer = -1;             // for a send or receive it waits in: the peer's world rank
 };
 
 /// A peer's answer about one communicator.
@@ -67,7 +71,9 @@ struct PeerStatus {
   std::uint64_t running_seq = 0;  // the collective it runs now, + 1 (0: none)
   std::uint8_t running_op = 255;
   /// Where it runs nothing on this communicator: the collective it runs on another, if any
-  /// (a rank waiting in a data-parallel reduction is not at the tensor-parallel one).
+  /// (a rank waiting in a data-parallel reduction is not at the tensor-parallel one), or else
+  /// the send or receive it waits in, on any communicator (a pipeline stage waiting for its
+  /// neighbour).
   Elsewhere elsewhere;
 };
 

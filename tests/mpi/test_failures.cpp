@@ -190,6 +190,42 @@ TEST(Timeout, ARankBusyOnAnotherCommunicatorIsSaidToBe) {
   w.barrier();
 }
 
+// A pipeline stage waiting for its neighbour is in no collective: a peer whose collective
+// timed out is told which send or receive it waits in, and on which communicator, whether
+// the wait is a blocking receive or a Work's.
+TEST(Timeout, ARankWaitingInAReceiveIsSaidToBe) {
+  auto& w = world();
+  if (w.size() < 2) GTEST_SKIP() << "needs a second rank to wait for a message";
+  auto stage = w.split(0, w.rank(), "stage");
+  stage->set_timeout(std::chrono::seconds(20));
+  const int waiting = w.size() - 1;
+  for (bool async : {false, true}) {
+    auto flaky = breakable(async ? "waited_for_async" : "waited_for", std::chrono::milliseconds(700));
+    std::vector<float> x(16, 1.0f), y(16, 1.0f);
+    flaky->broadcast({x.data(), 4}, 0);  // collective #0 completes everywhere
+    if (w.rank() == waiting) {
+      if (async)
+        stage->recv_async({y.data(), y.size()}, 0, 5).wait();
+      else
+        stage->recv({y.data(), y.size()}, 0, 5);  // until rank 0 sends, after its timeout
+    } else {
+      try {
+        flaky->all_reduce({x.data(), x.size()});
+        ADD_FAILURE() << "expected a TimeoutError";
+      } catch (const TimeoutError& e) {
+        const std::string m = e.what();
+        EXPECT_NE(m.find("Ranks that did not arrive: " + std::to_string(waiting) +
+                         " (alive and waiting in a receive from world rank 0 on communicator 'stage', not in a "
+                         "collective here; its last op here was a broadcast"),
+                  std::string::npos)
+            << (async ? "Work::wait: " : "recv: ") << m;
+      }
+      if (w.rank() == 0) stage->send({x.data(), x.size()}, waiting, 5);  // lets the waiting rank go
+    }
+    w.barrier();
+  }
+}
+
 TEST(Timeout, AsyncWaitRaisesTheSameError) {
   auto& w = world();
   if (w.size() < 2) GTEST_SKIP() << "needs a second rank to stay away";
