@@ -80,8 +80,9 @@ inline std::string either(const std::vector<std::string>& names) {
 }
 
 /// One of `names`, in any case (taken lower-cased), or of `aliases`; otherwise "'x' is not
-/// <what>; use a, b or c<note>" (without `what`: "'x' is not a, b or c<note>"). --help shows the names as the option's
-/// choices. A wrong name is then a usage error, found while the command line is read, as a range is.
+/// <what>; use a, b or c<note>" (without `what`: "'x' is not a, b or c<note>"). --help shows
+/// the names as the option's choices. A wrong name is then a usage error, found while the
+/// command line is read, as a number out of its range is.
 inline CLI::Validator one_of(std::vector<std::string> names, const std::string& what,
                              std::vector<std::string> aliases = {}, const std::string& note = "") {
   std::string shown = "{";
