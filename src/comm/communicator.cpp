@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "comm/backend.hpp"
+#include "comm/rank_list.hpp"
 #include "comm/watchdog.hpp"
 #include "core/device_copy.hpp"
 #include "core/log.hpp"
@@ -146,21 +147,6 @@ int local_rank(const std::vector<int>& world_ranks, int world) {
   return static_cast<int>(std::find(world_ranks.begin(), world_ranks.end(), world) - world_ranks.begin());
 }
 
-/// "1", or "1 (world rank 3)" where this communicator's rank 1 is another rank of the job:
-/// the number the job's launcher and its messages ("[rank 3]") use.
-std::string rank_name(const std::vector<int>& world_ranks, int rank, const std::string& detail = "") {
-  const int world = world_ranks[static_cast<std::size_t>(rank)];
-  std::string inside = world != rank ? "world rank " + std::to_string(world) : "";
-  if (!detail.empty()) inside += (inside.empty() ? "" : "; ") + detail;
-  return std::to_string(rank) + (inside.empty() ? "" : " (" + inside + ")");
-}
-
-std::string rank_names(const std::vector<int>& world_ranks, const std::vector<int>& ranks) {
-  std::string s;
-  for (std::size_t i = 0; i < ranks.size(); ++i) s += (i ? ", " : "") + rank_name(world_ranks, ranks[i]);
-  return s;
-}
-
 /// "a broadcast", "an all_reduce".
 std::string with_article(const char* name) {
   return std::string(std::strchr("aeiou", name[0]) != nullptr ? "an " : "a ") + name;
@@ -169,7 +155,7 @@ std::string with_article(const char* name) {
 /// Sorts the peers' answers about collective `seq` into the ranks (of this communicator) that
 /// have not reached it, each with what is known of it, and those that have.
 struct ArrivalReport {
-  std::vector<std::string> missing;
+  std::vector<std::pair<int, std::string>> missing;  // each rank, and what is known of it
   std::vector<int> arrived;
 };
 ArrivalReport arrivals(const std::vector<PeerStatus>& peers, const std::vector<int>& world_ranks, int self,
@@ -179,11 +165,10 @@ ArrivalReport arrivals(const std::vector<PeerStatus>& peers, const std::vector<i
   for (const auto& p : peers) {
     const int r = local_rank(world_ranks, p.world_rank);
     if (!p.responded) {
-      report.missing.push_back(rank_name(
-          world_ranks, r, "did not answer within 1 s: dead, stopped, or stuck where its watchdog cannot run"));
+      report.missing.push_back({r, "did not answer within 1 s: dead, stopped, or stuck where its watchdog cannot run"});
     } else if (!p.member) {
-      report.missing.push_back(rank_name(
-          world_ranks, r, "alive, but does not have this communicator: not created yet, or already destroyed"));
+      report.missing.push_back(
+          {r, "alive, but does not have this communicator: not created yet, or already destroyed"});
     } else if (!collective || p.collectives_issued <= seq || (p.running_seq > 0 && p.running_seq - 1 < seq)) {
       // Not issued yet, or issued (an async op) while an earlier one still runs.
       std::string where = "alive";
@@ -211,7 +196,7 @@ ArrivalReport arrivals(const std::vector<PeerStatus>& peers, const std::vector<i
         else
           where += ", has issued no op here";
       }
-      report.missing.push_back(rank_name(world_ranks, r, where));
+      report.missing.push_back({r, where});
     } else {
       report.arrived.push_back(r);
     }
@@ -648,7 +633,7 @@ class CommState {
     for (std::size_t i = 0; i < groups.size(); ++i) {
       const auto& g = groups[i];
       message += std::string(i ? ";" : "") + (g.second.size() > 1 ? " ranks " : " rank ") +
-                 rank_names(world_ranks, g.second) + " called " + describe(g.first);
+                 rank_list(world_ranks, g.second) + " called " + describe(g.first);
       if (g.first.coll_seq != op.coll_seq) message += " as their collective #" + std::to_string(g.first.coll_seq);
     }
     message +=
@@ -787,14 +772,14 @@ class CommState {
     std::_Exit(EXIT_FAILURE);
   }
 
-  /// " 1" or "s 1, 3": the ranks (of this communicator) that did not answer the watchdog.
+  /// " 1" or "s 1, 3", "s 4-1023": the ranks (of this communicator) that did not answer the
+  /// watchdog; "" where all did.
   std::string silent_ranks(const std::vector<PeerStatus>& peers) const {
-    std::vector<std::string> silent;
+    std::vector<int> silent;
     for (const auto& p : peers)
-      if (!p.responded) silent.push_back(rank_name(world_ranks, local_rank(world_ranks, p.world_rank)));
-    std::string text;
-    for (std::size_t i = 0; i < silent.size(); ++i) text += (i ? ", " : (silent.size() > 1 ? "s " : " ")) + silent[i];
-    return text;
+      if (!p.responded) silent.push_back(local_rank(world_ranks, p.world_rank));
+    if (silent.empty()) return "";
+    return (silent.size() > 1 ? "s " : " ") + rank_list(world_ranks, silent);
   }
 
   /// Elements this rank reads from send and writes to recv.
@@ -844,8 +829,11 @@ class CommState {
     const auto peers = Watchdog::instance().query(id, ask, kQueryWait);
     const auto report = arrivals(peers, world_ranks, rank, op.coll_seq, collective);
     if (!collective) {
-      message += " Peer: rank " +
-                 (report.missing.empty() ? rank_name(world_ranks, op.peer) + " is alive" : report.missing[0]) + ".";
+      message +=
+          " Peer: rank " +
+          (report.missing.empty() ? rank_list(world_ranks, {op.peer}) + " is alive"
+                                  : rank_list(world_ranks, {report.missing[0].first}, report.missing[0].second)) +
+          ".";
     } else if (fence_expired && report.missing.empty()) {
       // The fence's deadline passed, and the last rank came before the watchdog asked.
       message +=
@@ -858,9 +846,8 @@ class CommState {
       const auto silent = silent_ranks(peers);
       if (!silent.empty()) message += " No answer from rank" + silent + ".";
     } else {
-      message += " Ranks that did not arrive: ";
-      for (std::size_t i = 0; i < report.missing.size(); ++i) message += (i ? "; " : "") + report.missing[i];
-      message += ". Ranks that arrived: " + rank_names(world_ranks, report.arrived) +
+      message += " Ranks that did not arrive: " + grouped_ranks(world_ranks, report.missing) +
+                 ". Ranks that arrived: " + rank_list(world_ranks, report.arrived) +
                  ". A rank that skipped a collective or runs a different number of them causes this; "
                  "TESSERA_COMM_CHECK=1 compares every op across ranks.";
     }
@@ -908,9 +895,8 @@ void rendezvous_to_create(comm::Backend requested, const CommOptions& options) {
           " Every rank has arrived by now, but not all within the timeout: one was busy elsewhere for longer than "
           "that, or the timeout is too short for this job.";
     } else {
-      message += " Ranks that did not arrive: ";
-      for (std::size_t i = 0; i < report.missing.size(); ++i) message += (i ? "; " : "") + report.missing[i];
-      message += ". Ranks that arrived: " + rank_names(world, report.arrived) + ".";
+      message += " Ranks that did not arrive: " + grouped_ranks(world, report.missing) +
+                 ". Ranks that arrived: " + rank_list(world, report.arrived) + ".";
     }
     message += " TESSERA_COMM_TIMEOUT sets the limit in seconds.";
     tessera::detail::note_communication_failure();

@@ -78,53 +78,59 @@ void Watchdog::remove(std::uint64_t comm_id) {
   g_instance->registry_.erase(comm_id);
 }
 
+/// Answers every question waiting on the control communicator.
+void Watchdog::answer_questions(bool registry_locked) {
+  for (;;) {
+    int flag = 0;
+    MPI_Status status;
+    TESSERA_CHECK_MPI(MPI_Iprobe(MPI_ANY_SOURCE, kQueryTag, control_, &flag, &status));
+    if (!flag) break;
+    Query q{};
+    TESSERA_CHECK_MPI(MPI_Recv(&q, sizeof q, MPI_BYTE, status.MPI_SOURCE, kQueryTag, control_, MPI_STATUS_IGNORE));
+    const std::uint64_t comm_id = q.comm_id;
+    Reply reply{};
+    reply.query_id = q.query_id;
+    {
+      std::unique_lock<std::mutex> l(registry_mutex_, std::defer_lock);
+      if (!registry_locked) l.lock();
+      auto it = registry_.find(comm_id);
+      if (it != registry_.end()) {
+        reply.member = 1;
+        reply.collectives_issued = it->second->collectives_issued.load();
+        reply.last_op = it->second->last_op.load();
+        reply.running_seq = it->second->running_seq.load();
+        reply.running_op = it->second->running_op.load();
+      }
+      if (reply.running_seq == 0)
+        for (const auto& [id, progress] : registry_) {
+          const std::uint64_t seq = progress->running_seq.load();
+          if (id == comm_id || seq == 0) continue;
+          reply.busy_seq = seq;
+          reply.busy_op = progress->running_op.load();
+          std::snprintf(reply.busy_name, sizeof reply.busy_name, "%s", progress->name.c_str());
+          break;
+        }
+      if (reply.running_seq == 0 && reply.busy_seq == 0)
+        for (const auto& [id, progress] : registry_) {
+          const std::uint64_t waiting = progress->waiting_transfer.load();
+          if (waiting == 0) continue;
+          reply.busy_op = static_cast<std::uint8_t>(waiting >> 32);
+          reply.busy_peer = static_cast<std::int32_t>(waiting & 0xffffffffu);
+          std::snprintf(reply.busy_name, sizeof reply.busy_name, "%s", progress->name.c_str());
+          break;
+        }
+    }
+    // The reply is small enough to go eagerly; the asker has posted its receive.
+    TESSERA_CHECK_MPI(MPI_Send(&reply, sizeof reply, MPI_BYTE, status.MPI_SOURCE, kReplyTag, control_));
+  }
+}
+
 void Watchdog::loop() {
   std::unique_lock<std::mutex> lock(stop_mutex_);
   while (!stopping_) {
     lock.unlock();
     try {
-      for (;;) {
-        int flag = 0;
-        MPI_Status status;
-        TESSERA_CHECK_MPI(MPI_Iprobe(MPI_ANY_SOURCE, kQueryTag, control_, &flag, &status));
-        if (!flag) break;
-        Query q{};
-        TESSERA_CHECK_MPI(MPI_Recv(&q, sizeof q, MPI_BYTE, status.MPI_SOURCE, kQueryTag, control_, MPI_STATUS_IGNORE));
-        const std::uint64_t comm_id = q.comm_id;
-        Reply reply{};
-        reply.query_id = q.query_id;
-        {
-          std::lock_guard<std::mutex> l(registry_mutex_);
-          auto it = registry_.find(comm_id);
-          if (it != registry_.end()) {
-            reply.member = 1;
-            reply.collectives_issued = it->second->collectives_issued.load();
-            reply.last_op = it->second->last_op.load();
-            reply.running_seq = it->second->running_seq.load();
-            reply.running_op = it->second->running_op.load();
-          }
-          if (reply.running_seq == 0)
-            for (const auto& [id, progress] : registry_) {
-              const std::uint64_t seq = progress->running_seq.load();
-              if (id == comm_id || seq == 0) continue;
-              reply.busy_seq = seq;
-              reply.busy_op = progress->running_op.load();
-              std::snprintf(reply.busy_name, sizeof reply.busy_name, "%s", progress->name.c_str());
-              break;
-            }
-          if (reply.running_seq == 0 && reply.busy_seq == 0)
-            for (const auto& [id, progress] : registry_) {
-              const std::uint64_t waiting = progress->waiting_transfer.load();
-              if (waiting == 0) continue;
-              reply.busy_op = static_cast<std::uint8_t>(waiting >> 32);
-              reply.busy_peer = static_cast<std::int32_t>(waiting & 0xffffffffu);
-              std::snprintf(reply.busy_name, sizeof reply.busy_name, "%s", progress->name.c_str());
-              break;
-            }
-        }
-        // The reply is small enough to go eagerly; the asker has posted its receive.
-        TESSERA_CHECK_MPI(MPI_Send(&reply, sizeof reply, MPI_BYTE, status.MPI_SOURCE, kReplyTag, control_));
-      }
+      answer_questions(false);
     } catch (const std::exception& e) {
       tessera::detail::logger().warn("watchdog: {}", e.what());
     }
@@ -169,7 +175,13 @@ std::vector<PeerStatus> Watchdog::query(std::uint64_t comm_id, const std::vector
   }
   const auto deadline = Clock::now() + wait;
   std::size_t pending = recvs.size();
+  // Asked from the watchdog's own thread (a communicator stuck inside a backend call asks
+  // from there, with the registry locked), nothing else answers this rank's peers meanwhile,
+  // and they may be stuck in the same call and asking this rank at the same moment: it
+  // answers them while it waits for their answers.
+  const bool answer_here = std::this_thread::get_id() == thread_.get_id();
   while (pending > 0 && Clock::now() < deadline) {
+    if (answer_here) answer_questions(true);
     for (std::size_t k = 0; k < recvs.size(); ++k) {
       if (recvs[k] == MPI_REQUEST_NULL) continue;
       int flag = 0;

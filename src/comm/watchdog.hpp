@@ -94,6 +94,9 @@ class Watchdog {
   Watchdog();
   void stop();
   void loop();
+  /// Answers the questions waiting for this rank; `registry_locked`: the caller holds
+  /// registry_mutex_ (the loop, while a stuck communicator asks its peers).
+  void answer_questions(bool registry_locked);
 
   MPI_Comm control_ = MPI_COMM_NULL;
   int world_rank_ = 0;

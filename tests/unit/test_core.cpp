@@ -18,6 +18,7 @@
 
 #include <tessera/tessera.hpp>
 
+#include "comm/rank_list.hpp"
 #include "core/device_copy.hpp"
 #include "core/kokkos_start.hpp"
 #include "test_support.hpp"
@@ -122,7 +123,8 @@ TEST(Options, FromEnvironmentAndBadValues) {
   EXPECT_THROW_WITH(comm::CommOptions::from_env(), ConfigError, "is more than a year");
   setenv("TESSERA_COMM_TIMEOUT", "0", 1);
   setenv("TESSERA_COMM_CHECK", "maybe", 1);
-  EXPECT_THROW_WITH(comm::CommOptions::from_env(), ConfigError, "TESSERA_COMM_CHECK='maybe' must be 0 or 1 (or off/on, false/true, no/yes)");
+  EXPECT_THROW_WITH(comm::CommOptions::from_env(), ConfigError,
+                    "TESSERA_COMM_CHECK='maybe' must be 0 or 1 (or off/on, false/true, no/yes)");
   unsetenv("TESSERA_COMM_TIMEOUT");
   unsetenv("TESSERA_COMM_CHECK");
   o = comm::CommOptions::from_env();
@@ -351,4 +353,38 @@ TEST(UnfinishedFile, ManyAtOnceAreTrackedUpToTheTable) {
   }
   EXPECT_EQ(left, 70 - 64);  // the table holds 64; the rest are written untracked, as documented
 }
+// Timeout messages name ranks compactly: on a thousand ranks each would otherwise be listed
+// with the same words after it.
+TEST(RankList, RunsBecomeRangesAndLikeStatesShareAnEntry) {
+  using comm::detail::grouped_ranks;
+  using comm::detail::rank_list;
+  using comm::detail::rank_ranges;
+  EXPECT_EQ(rank_ranges({}), "");
+  EXPECT_EQ(rank_ranges({3}), "3");
+  EXPECT_EQ(rank_ranges({1, 0}), "0, 1");
+  EXPECT_EQ(rank_ranges({9, 0, 1, 2, 3, 5, 7, 8}), "0-3, 5, 7-9");
+  std::vector<int> many(1024);
+  for (int r = 0; r < 1024; ++r) many[static_cast<std::size_t>(r)] = r;
+  std::vector<int> most;
+  for (int r = 4; r < 1024; ++r) most.push_back(r);
+  EXPECT_EQ(rank_ranges(most), "4-1023");
+  // A sub-communicator's ranks are named with their world ranks too; one rank as before.
+  const std::vector<int> world = {4, 5, 6, 9};
+  EXPECT_EQ(rank_list(world, {1}, "alive"), "1 (world rank 5; alive)");
+  // Up to 8, each rank's world rank stands at its place (a reversed group stays readable);
+  // past that, ranges of both.
+  EXPECT_EQ(rank_list(world, {3, 0, 1, 2}), "0, 1, 2, 3 (world ranks 4, 5, 6, 9)");
+  EXPECT_EQ(rank_list({3, 2, 1, 0}, {1, 2}), "1, 2 (world ranks 2, 1)");
+  EXPECT_EQ(rank_list(world, {0, 1, 2, 3}, "", 2), "0-3 (world ranks 4-6, 9)");
+  EXPECT_EQ(rank_list(many, {0, 1, 2}), "0-2");
+  // 1020 silent ranks and two in another state: two entries, in the order of their first ranks.
+  std::vector<std::pair<int, std::string>> missing;
+  for (int r = 1023; r >= 4; --r) missing.push_back({r, r == 700 || r == 9 ? "alive" : "did not answer"});
+  EXPECT_EQ(grouped_ranks(many, missing), "4-8, 10-699, 701-1023 (did not answer); 9, 700 (alive)");
+  // Past the entries asked for, the ranks left are counted.
+  std::vector<std::pair<int, std::string>> varied;
+  for (int r = 0; r < 12; ++r) varied.push_back({r, "state " + std::to_string(r % 4)});
+  EXPECT_EQ(grouped_ranks(many, varied, 2), "0, 4, 8 (state 0); 1, 5, 9 (state 1); and 6 more ranks");
+}
+
 }  // namespace
