@@ -55,7 +55,7 @@ std::size_t parse_size(const std::string& flag, const std::string& text) {
     mult = 1024.0 * 1024 * 1024;
   else if (!unit.empty())
     throw ConfigError(flag + (flag.empty() ? "" : ": ") + "size '" + text + "' has an unknown unit; use K, M or G");
-  if (v <= 0) throw ConfigError(flag + (flag.empty() ? "" : ": ") + "size '" + text + "' must be above 0 bytes");
+  if (!(v > 0)) throw ConfigError(flag + (flag.empty() ? "" : ": ") + "size '" + text + "' must be above 0 bytes");
   if (v * mult >= 9.2e18) throw ConfigError(flag + (flag.empty() ? "" : ": ") + "size '" + text + "' is too large");
   return static_cast<std::size_t>(v * mult);
 }
@@ -439,8 +439,7 @@ int main(int argc, char** argv) {
       ->check(apps::whole(1, 1000));
   app.add_option("--backend", backend_arg, "mpi, gloo, nccl, or all: every one compiled in and usable")
       ->capture_default_str()
-      ->check(apps::parsed_by(
-          [](const std::string& name) { return name == "all" ? comm::Backend::Auto : comm::parse_backend(name); }));
+      ->transform(apps::one_of({"mpi", "gloo", "nccl", "all"}, "a backend this benchmark runs", {"auto"}));
   app.add_option("--json,-J,--output_file", json_path, "write the results as JSON to this file")->option_text("FILE");
   app.add_option("-T,--timeout", timeout_s,
                  "seconds any one of Tessera's calls may take before every rank stops with a diagnosis (default: "

@@ -61,7 +61,7 @@ inline std::string rank_list(const std::vector<int>& world_ranks, std::vector<in
 }
 
 /// Ranks with what is known of each, those with the same words in one entry, the entries in
-/// the order their first ranks come: "0-3, 7 (did not answer within 1 s: ...); 5 (alive, ...)". At
+/// the order of their lowest ranks: "0-3, 7 (did not answer within 1 s: ...); 5 (alive, ...)". At
 /// most `entries` entries; the ranks of the rest are counted ("; and 12 more ranks").
 inline std::string grouped_ranks(const std::vector<int>& world_ranks,
                                  const std::vector<std::pair<int, std::string>>& ranks, std::size_t entries = 8) {
@@ -73,6 +73,9 @@ inline std::string grouped_ranks(const std::vector<int>& world_ranks,
     else
       it->second.push_back(rank);
   }
+  std::sort(groups.begin(), groups.end(), [](const auto& a, const auto& b) {
+    return *std::min_element(a.second.begin(), a.second.end()) < *std::min_element(b.second.begin(), b.second.end());
+  });
   std::string text;
   std::size_t left = 0;
   for (std::size_t g = 0; g < groups.size(); ++g) {

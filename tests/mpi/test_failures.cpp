@@ -209,6 +209,8 @@ TEST(Timeout, ARankWaitingInAReceiveIsSaidToBe) {
   auto stage = w.split(0, w.rank(), "stage");
   stage->set_timeout(std::chrono::seconds(20));
   const int waiting = w.size() - 1;
+  // The others, to release the waiting rank only once every one of them has its message.
+  auto others = w.split(w.rank() == waiting ? -1 : 0, w.rank(), "others");
   for (bool async : {false, true}) {
     auto flaky = breakable(async ? "waited_for_async" : "waited_for", std::chrono::milliseconds(700));
     std::vector<float> x(16, 1.0f), y(16, 1.0f);
@@ -230,6 +232,7 @@ TEST(Timeout, ARankWaitingInAReceiveIsSaidToBe) {
                   std::string::npos)
             << (async ? "Work::wait: " : "recv: ") << m;
       }
+      others->barrier();
       if (w.rank() == 0) stage->send({x.data(), x.size()}, waiting, 5);  // lets the waiting rank go
     }
     w.barrier();
@@ -366,9 +369,11 @@ TEST(CheckMode, MismatchedOpsRaiseOnEveryRankNamingTheDisagreeingRanks) {
   std::vector<float> x(8 * p, 1.0f), y(8 * p);
   sub->all_reduce({x.data(), 8});  // agreeing ops pass the check
   EXPECT_EQ(x[0], static_cast<float>(w.size()));
-  std::string others;
-  for (int r = 0; r < w.size(); ++r)
-    if (r != 1) others += (others.empty() ? "" : ", ") + std::to_string(r);
+  // Every rank but 1, as messages name ranks: "0, 2", "0, 2, 3", "0, 2-4" (three or more in
+  // a row as a range).
+  std::string others = "0";
+  if (w.size() == 3 || w.size() == 4) others += ", 2" + std::string(w.size() == 4 ? ", 3" : "");
+  if (w.size() > 4) others += ", 2-" + std::to_string(w.size() - 1);
   const std::string expect = "collective mismatch on communicator 'checked' at collective #1: " +
                              std::string(w.size() > 2 ? "ranks " : "rank ") + others +
                              " called all_reduce (8 x float32, sum); rank 1 called all_gather (8 x float32)";

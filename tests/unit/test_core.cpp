@@ -377,10 +377,13 @@ TEST(RankList, RunsBecomeRangesAndLikeStatesShareAnEntry) {
   EXPECT_EQ(rank_list({3, 2, 1, 0}, {1, 2}), "1, 2 (world ranks 2, 1)");
   EXPECT_EQ(rank_list(world, {0, 1, 2, 3}, "", 2), "0-3 (world ranks 4-6, 9)");
   EXPECT_EQ(rank_list(many, {0, 1, 2}), "0-2");
-  // 1020 silent ranks and two in another state: two entries, in the order of their first ranks.
+  // 1020 silent ranks and two in another state: two entries, in the order of their lowest ranks
+  // (given from the highest rank down here).
   std::vector<std::pair<int, std::string>> missing;
   for (int r = 1023; r >= 4; --r) missing.push_back({r, r == 700 || r == 9 ? "alive" : "did not answer"});
   EXPECT_EQ(grouped_ranks(many, missing), "4-8, 10-699, 701-1023 (did not answer); 9, 700 (alive)");
+  missing.push_back({2, "alive"});
+  EXPECT_EQ(grouped_ranks(many, missing), "2, 9, 700 (alive); 4-8, 10-699, 701-1023 (did not answer)");
   // Past the entries asked for, the ranks left are counted.
   std::vector<std::pair<int, std::string>> varied;
   for (int r = 0; r < 12; ++r) varied.push_back({r, "state " + std::to_string(r % 4)});
