@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -66,12 +67,11 @@ inline std::string rank_list(const std::vector<int>& world_ranks, std::vector<in
 inline std::string grouped_ranks(const std::vector<int>& world_ranks,
                                  const std::vector<std::pair<int, std::string>>& ranks, std::size_t entries = 8) {
   std::vector<std::pair<std::string, std::vector<int>>> groups;
-  for (const auto& [rank, detail] : ranks) {
-    auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == detail; });
-    if (it == groups.end())
-      groups.push_back({detail, {rank}});
-    else
-      it->second.push_back(rank);
+  std::map<std::string, std::size_t> group_of;  // a state's entry (thousands of ranks, few states)
+  for (const auto& entry : ranks) {
+    const auto [it, added] = group_of.emplace(entry.second, groups.size());
+    if (added) groups.push_back({entry.second, {}});
+    groups[it->second].second.push_back(entry.first);
   }
   std::sort(groups.begin(), groups.end(), [](const auto& a, const auto& b) {
     return *std::min_element(a.second.begin(), a.second.end()) < *std::min_element(b.second.begin(), b.second.end());
