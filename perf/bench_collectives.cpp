@@ -37,13 +37,13 @@ const std::vector<std::string> kOps = {"all_reduce", "all_gather", "reduce_scatt
 
 /// A size flag's value in bytes; errors name the flag (`flag`, as "-b"; none where empty).
 std::size_t parse_size(const std::string& flag, const std::string& text) {
+  const std::string said = flag.empty() ? "" : flag + ": ";
   std::size_t pos = 0;
   double v = 0;
   try {
     v = std::stod(text, &pos);
   } catch (...) {
-    throw ConfigError(flag + (flag.empty() ? "" : ": ") + "size '" + text +
-                      "' is not a number of bytes (e.g. 64K, 8M, 1G)");
+    throw ConfigError(said + "size '" + text + "' is not a number of bytes (e.g. 64K, 8M, 1G)");
   }
   std::string unit = text.substr(pos);
   double mult = 1;
@@ -54,9 +54,9 @@ std::size_t parse_size(const std::string& flag, const std::string& text) {
   else if (unit == "G" || unit == "g")
     mult = 1024.0 * 1024 * 1024;
   else if (!unit.empty())
-    throw ConfigError(flag + (flag.empty() ? "" : ": ") + "size '" + text + "' has an unknown unit; use K, M or G");
-  if (!(v > 0)) throw ConfigError(flag + (flag.empty() ? "" : ": ") + "size '" + text + "' must be above 0 bytes");
-  if (v * mult >= 9.2e18) throw ConfigError(flag + (flag.empty() ? "" : ": ") + "size '" + text + "' is too large");
+    throw ConfigError(said + "size '" + text + "' has an unknown unit; use K, M or G");
+  if (!(v > 0)) throw ConfigError(said + "size '" + text + "' must be above 0 bytes");
+  if (v * mult >= 9.2e18) throw ConfigError(said + "size '" + text + "' is too large");
   return static_cast<std::size_t>(v * mult);
 }
 

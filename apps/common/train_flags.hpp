@@ -4,7 +4,6 @@
 
 #include <CLI/CLI.hpp>
 
-#include <cctype>
 #include <cstdio>
 #include <limits>
 #include <string>
@@ -129,20 +128,13 @@ struct TrainFlags {
 
   /// After parsing: the configuration, checked.
   train::TrainConfig finish(const CLI::App& app) {
+    // The names were checked, and lower-cased, as the command line was read (one_of).
     if (app.count("--optim.lr")) config.lr = lr;
-    for (auto& ch : config.optimizer) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
     config.ddp.grad_dtype = wire_dtype(grad_dtype);
-    std::string overlap = overlap_backward;
-    for (auto& ch : overlap) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-    if (overlap == "auto")
-      config.ddp.overlap_backward = parallel::BackwardOverlap::Auto;
-    else if (overlap == "true" || overlap == "on" || overlap == "yes" || overlap == "1")
-      config.ddp.overlap_backward = parallel::BackwardOverlap::On;
-    else if (overlap == "false" || overlap == "off" || overlap == "no" || overlap == "0")
-      config.ddp.overlap_backward = parallel::BackwardOverlap::Off;
-    else
-      throw ConfigError("--comm.overlap_backward: '" + overlap_backward +
-                        "' is not auto, true or false (nor on/off, yes/no, 1/0)");
+    const std::string& o = overlap_backward;
+    config.ddp.overlap_backward = o == "auto"                                          ? parallel::BackwardOverlap::Auto
+                                  : o == "true" || o == "on" || o == "yes" || o == "1" ? parallel::BackwardOverlap::On
+                                                                                       : parallel::BackwardOverlap::Off;
     config.validate();
     return config;
   }
