@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <numeric>
 #include <optional>
@@ -327,13 +328,38 @@ const ForeignFlag kForeignFlags[] = {
     {"-x,--cta_policy", {}, "NCCL CTA policy", "Tessera leaves NCCL's CTA policy at its default; leave -x out"},
 };
 
-/// Refuses a foreign flag given a value that would change what nccl-tests measures.
-void check_foreign_flag(const ForeignFlag& f, const std::optional<std::string>& value) {
-  if (!value) return;
-  for (const char* a : f.accepted)
-    if (a != nullptr && *value == a) return;
-  throw ConfigError(f.flag() + " " + *value + " (nccl-tests' " + f.what +
-                    ") has no counterpart in tessera-bench-collectives: " + f.instead);
+/// Refuses, while the command line is read (a usage error), a foreign flag given a value that
+/// would change what nccl-tests measures.
+CLI::Validator foreign_flag_check(const ForeignFlag& f) {
+  return CLI::Validator(
+      [f](std::string& value) -> std::string {
+        for (const char* a : f.accepted)
+          if (a != nullptr && value == a) return {};
+        return "'" + value + "' (nccl-tests' " + f.what +
+               ") has no counterpart in tessera-bench-collectives: " + f.instead;
+      },
+      "");
+}
+
+/// nccl-tests' -g and -t (GPUs and threads per process) accept only 1 here: a Tessera rank
+/// drives one GPU from one thread. The launch to use instead counts the job's ranks (MPI has
+/// started when the flags are read).
+CLI::Validator one_per_rank(const char* flag, const char* what) {
+  return CLI::Validator(
+      [flag, what](std::string& value) -> std::string {
+        char* end = nullptr;
+        const long long n = std::strtoll(value.c_str(), &end, 10);
+        if (value.empty() || *end != '\0' || n < 1)
+          return "'" + value + "' is not a whole number of " + what + "; leave " + flag + " out or give " + flag + " 1";
+        if (n == 1) return {};
+        int started = 0, ranks = 1;
+        MPI_Initialized(&started);
+        if (started != 0) MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+        return value + " " + what +
+               ": a Tessera rank drives one GPU from one thread; start one rank per GPU instead (mpiexec -n " +
+               std::to_string(static_cast<long long>(ranks) * n) + ") and leave " + flag + " at 1";
+      },
+      "");
 }
 
 /// Seconds per call of fn on each rank: the median over `iters` calls (the median, unlike the
@@ -431,9 +457,11 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(apps::whole(0, 3));
   app.add_option("-g,--ngpus", gpus, "GPUs per rank; only 1: a Tessera rank drives one GPU, so start one rank per GPU")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(one_per_rank("-g", "GPUs per rank"));
   app.add_option("-t,--nthreads", threads, "threads per rank; only 1: a Tessera rank drives its GPU from one thread")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(one_per_rank("-t", "threads per rank"));
   app.add_option("--rounds", rounds, "alternating Tessera/raw batches per row; the lowest median of each is kept")
       ->capture_default_str()
       ->check(apps::whole(1, 1000));
@@ -457,17 +485,10 @@ int main(int argc, char** argv) {
                        (kForeignFlags[i].accepted_text().empty()
                             ? std::string("; not offered here")
                             : "; accepted here only as " + kForeignFlags[i].accepted_text()))
+        ->check(foreign_flag_check(kForeignFlags[i]))
         ->group("nccl-tests options with no counterpart here");
 
   return tessera::apps::run_app(argc, argv, app, [&](tessera::Session& session) {
-    // nccl-tests' -g and -t run several GPUs from one process; a Tessera rank drives one GPU.
-    for (const auto& [flag, value] : {std::pair<const char*, int>{"-g", gpus}, {"-t", threads}})
-      if (value != 1)
-        throw ConfigError(
-            std::string(flag) + " " + std::to_string(value) +
-            ": a Tessera rank drives one GPU from one thread; start one rank per GPU instead (mpiexec -n " +
-            std::to_string(static_cast<long long>(session.size()) * gpus * threads) + ") and leave " + flag + " at 1");
-    for (std::size_t i = 0; i < std::size(kForeignFlags); ++i) check_foreign_flag(kForeignFlags[i], foreign[i]);
     const DType dtype = parse_dtype(dtype_name_arg);
     const ReduceOp redop = comm::parse_reduce_op(redop_name);
     if (redop == ReduceOp::Avg && (dtype == DType::Int32 || dtype == DType::Int64))
