@@ -103,6 +103,16 @@ class PendingTransfer {
   /// reused or freed: true when the backend no longer touches the buffer; false when it still
   /// may (MPI cannot cancel a send), and the buffer must then outlive the process's use of it.
   virtual bool stop() noexcept { return true; }
+  /// What a completed receive was sent, where the backend can tell (MPI): the send's bytes,
+  /// or `truncated` where they did not fit the receive's buffer. The front end refuses a
+  /// receive whose send gave another count. Gloo and NCCL cannot tell: Gloo's slots carry
+  /// the size, so a send and a receive of different sizes never match.
+  struct Arrived {
+    bool known = false;
+    bool truncated = false;
+    std::size_t bytes = 0;
+  };
+  virtual Arrived arrived() const { return {}; }
 };
 
 /// A backend: moves data for ops whose dtype it handles natively, in the memory it accepts.
@@ -158,6 +168,9 @@ bool nccl_one_gpu_per_rank(MPI_Comm group);
 /// throws DeadlineExceeded; the request is left pending). Spins briefly, then yields and
 /// sleeps, so a rank waiting for a late peer does not starve the peer's core.
 void wait_mpi(MPI_Request& request, const Deadline& deadline, const char* what);
+/// The same for a request whose status matters (a receive): fills `status` and returns MPI's
+/// code for the request (MPI_SUCCESS, or the error it ended with) instead of raising it.
+int wait_mpi_status(MPI_Request& request, const Deadline& deadline, const char* what, MPI_Status& status);
 /// The same for several requests (all must complete).
 void wait_mpi_all(MPI_Request* requests, int count, const Deadline& deadline, const char* what);
 

@@ -339,9 +339,20 @@ class CommState {
 
   void received(Transfer& t) {
     const Op& op = t.work->op;
-    if (op.type == OpType::Recv && t.staging)
-      tessera::detail::copy_bytes(op.recv.data, op.memory, t.staging->data(), t.staging->kind(),
-                                  op.count * dtype_size(op.dtype));
+    if (op.type != OpType::Recv) return;
+    // A receive takes exactly its send's count: MPI would fill only the front of a longer
+    // buffer (and a staged one would be copied back whole), and refuse a shorter one.
+    const std::size_t esz = dtype_size(op.dtype), want = op.count * esz;
+    if (const auto a = t.pending->arrived(); a.known && (a.truncated || a.bytes != want)) {
+      std::string sent = (a.truncated ? "more than " + std::to_string(want) : std::to_string(a.bytes)) + " bytes";
+      if (!a.truncated && a.bytes % esz == 0)
+        sent += " (" + std::to_string(a.bytes / esz) + " x " + dtype_name(op.dtype) + ")";
+      throw CommError(describe(op) + " on communicator '" + options.name + "' [" + backend_name(backend->kind()) +
+                      ", " + std::to_string(size) + " ranks]: the send it matched carried " + sent +
+                      ", where this receive takes " + std::to_string(want) +
+                      "; a send and its receive must give the same count and dtype");
+    }
+    if (t.staging) tessera::detail::copy_bytes(op.recv.data, op.memory, t.staging->data(), t.staging->kind(), want);
   }
 
   void complete(Transfer& t, std::exception_ptr error) {
@@ -385,6 +396,31 @@ class CommState {
       progress.waiting_transfer.compare_exchange_strong(mine, 0);
     }
   };
+
+  /// Progress::last_transfer's value for a send or receive posted here: its direction, tag
+  /// and the peer's world rank.
+  std::uint64_t transfer_key(const Op& op) const {
+    return static_cast<std::uint64_t>(op.type == OpType::Recv) << 63 | static_cast<std::uint64_t>(op.tag) << 32 |
+           static_cast<std::uint32_t>(world_ranks[static_cast<std::size_t>(op.peer)] + 1);
+  }
+
+  /// For a send or receive that timed out: where the peer's last transfer here is its
+  /// counterpart (the other direction, this rank, the same tag) but of another size, a
+  /// sentence that says so (they can never match: Gloo matches on the size, NCCL pairs them
+  /// in order and waits for the bytes); "" otherwise.
+  std::string size_mismatch(const Op& op, const PeerStatus& peer) const {
+    if (!peer.responded || peer.last_transfer == 0) return "";
+    Op counterpart = op;  // as the peer would have posted it
+    counterpart.type = op.type == OpType::Send ? OpType::Recv : OpType::Send;
+    counterpart.peer = rank;
+    const std::uint64_t expected = transfer_key(counterpart);
+    const std::size_t mine = op.count * dtype_size(op.dtype);
+    if (peer.last_transfer != expected || peer.last_transfer_bytes == mine) return "";
+    return std::string(" Its last ") + (op.type == OpType::Send ? "receive" : "send") + " here, " +
+           (op.type == OpType::Send ? "from" : "to") + " this rank with tag " + std::to_string(op.tag) + ", is of " +
+           std::to_string(peer.last_transfer_bytes) + " bytes where this " + op_name(op.type) + " is of " +
+           std::to_string(mine) + ": a send and its receive must give the same count and dtype.";
+  }
 
   /// Waits for a posted transfer on the calling thread (blocking send/recv).
   void finish(Transfer& t) {
@@ -833,7 +869,7 @@ class CommState {
           " Peer: rank " +
           (report.missing.empty() ? rank_list(world_ranks, {op.peer}) + " is alive"
                                   : rank_list(world_ranks, {report.missing[0].first}, report.missing[0].second)) +
-          ".";
+          "." + (peers.empty() ? std::string() : size_mismatch(op, peers.front()));
     } else if (fence_expired && report.missing.empty()) {
       // The fence's deadline passed, and the last rank came before the watchdog asked.
       message +=
@@ -1129,6 +1165,8 @@ Work Communicator::submit_transfer(Op op, bool async) {
     while (!s.idle()) std::this_thread::sleep_for(std::chrono::microseconds(50));
     s.ensure_usable();
   }
+  s.progress.last_transfer_bytes.store(op.count * dtype_size(op.dtype));
+  s.progress.last_transfer.store(s.transfer_key(op));
   auto w = std::make_shared<detail::WorkState>();
   w->comm = &s;
   w->started_at = detail::Clock::now();

@@ -156,6 +156,13 @@ void wait_mpi(MPI_Request& request, const Deadline& deadline, const char* what) 
   wait_mpi_all(&request, 1, deadline, what);
 }
 
+int wait_mpi_status(MPI_Request& request, const Deadline& deadline, const char* what, MPI_Status& status) {
+  int code = MPI_SUCCESS;
+  if (!tessera::detail::wait_all_until(&request, 1, deadline.at, deadline.none, &status, &code))
+    throw DeadlineExceeded{what};
+  return code;
+}
+
 MPI_Datatype mpi_datatype(DType dtype) {
   switch (dtype) {
     case DType::Float32:

@@ -19,8 +19,10 @@ struct Reply {
   std::uint64_t query_id;
   std::uint64_t collectives_issued;
   std::uint64_t running_seq;
-  std::uint64_t busy_seq;  // where the asked communicator runs nothing: a collective that runs
-                           // on another, its number + 1 (0: none runs anywhere)
+  std::uint64_t busy_seq;       // where the asked communicator runs nothing: a collective that runs
+                                // on another, its number + 1 (0: none runs anywhere)
+  std::uint64_t last_transfer;  // the asked communicator's Progress::last_transfer and its bytes
+  std::uint64_t last_transfer_bytes;
   std::uint8_t member;
   std::uint8_t last_op;
   std::uint8_t running_op;
@@ -100,6 +102,8 @@ void Watchdog::answer_questions(bool registry_locked) {
         reply.last_op = it->second->last_op.load();
         reply.running_seq = it->second->running_seq.load();
         reply.running_op = it->second->running_op.load();
+        reply.last_transfer = it->second->last_transfer.load();
+        reply.last_transfer_bytes = it->second->last_transfer_bytes.load();
       }
       if (reply.running_seq == 0)
         for (const auto& [id, progress] : registry_) {
@@ -199,6 +203,8 @@ std::vector<PeerStatus> Watchdog::query(std::uint64_t comm_id, const std::vector
       result[k].last_op = r.last_op;
       result[k].running_seq = r.running_seq;
       result[k].running_op = r.running_op;
+      result[k].last_transfer = r.last_transfer;
+      result[k].last_transfer_bytes = r.last_transfer_bytes;
       if (r.busy_seq > 0 || r.busy_peer > 0)
         result[k].elsewhere = {true, std::string(r.busy_name, strnlen(r.busy_name, sizeof r.busy_name)),
                                r.busy_seq > 0 ? r.busy_seq - 1 : 0, r.busy_op, r.busy_peer - 1};

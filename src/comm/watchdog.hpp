@@ -39,6 +39,11 @@ struct Progress {
   // While a caller waits for a send or receive (blocking, or its Work): (OpType << 32) |
   // (the peer's world rank + 1); 0 otherwise. Transfers have no collective number.
   std::atomic<std::uint64_t> waiting_transfer{0};
+  // The last send or receive posted on this communicator: (1 for a receive << 63) | (its
+  // tag << 32) | (the peer's world rank + 1), and its bytes; 0 before any. A peer whose
+  // transfer timed out compares it with its own (a send and a receive of different sizes).
+  std::atomic<std::uint64_t> last_transfer{0};
+  std::atomic<std::uint64_t> last_transfer_bytes{0};
   // While an op is inside its backend's call: the steady-clock time (ticks) after which it
   // is stuck there (its deadline and a grace); 0 otherwise. The watchdog then calls
   // on_stuck, which does not return, with the registry locked (it asks the peers through
@@ -70,6 +75,8 @@ struct PeerStatus {
   std::uint8_t last_op = 255;
   std::uint64_t running_seq = 0;  // the collective it runs now, + 1 (0: none)
   std::uint8_t running_op = 255;
+  std::uint64_t last_transfer = 0;  // Progress::last_transfer and its bytes
+  std::uint64_t last_transfer_bytes = 0;
   /// Where it runs nothing on this communicator: the collective it runs on another, if any
   /// (a rank waiting in a data-parallel reduction is not at the tensor-parallel one), or else
   /// the send or receive it waits in, on any communicator (a pipeline stage waiting for its

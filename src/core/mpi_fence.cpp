@@ -7,14 +7,20 @@
 
 namespace tessera::detail {
 
-bool wait_all_until(MPI_Request* requests, int count, std::chrono::steady_clock::time_point deadline, bool forever) {
+bool wait_all_until(MPI_Request* requests, int count, std::chrono::steady_clock::time_point deadline, bool forever,
+                    MPI_Status* statuses, int* code) {
   using Clock = std::chrono::steady_clock;
   // The clock is read only once the requests did not complete at once: a fence between
   // ranks that are in step costs no clock reads (each is about 25 ns).
   Clock::time_point start{};
   for (std::uint64_t spins = 0;; ++spins) {
     int done = 0;
-    TESSERA_CHECK_MPI(MPI_Testall(count, requests, &done, MPI_STATUSES_IGNORE));
+    const int rc = MPI_Testall(count, requests, &done, statuses);
+    if (rc != MPI_SUCCESS && code != nullptr) {
+      *code = rc;
+      return true;
+    }
+    TESSERA_CHECK_MPI(rc);
     if (done) return true;
     if ((spins & 63) == 63) {
       const auto now = Clock::now();

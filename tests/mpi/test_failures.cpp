@@ -286,6 +286,63 @@ TEST(Timeout, SendToASilentPeerNamesThePeer) {
   w.barrier();
 }
 
+// A send and a receive of different sizes (tag 3, rank 0 to rank 1). MPI tells at once on
+// the receiving rank, whose buffer would be filled only in part or refused, and its send
+// completes. Gloo matches on the size, so both time out, each naming the other's size: it
+// used to end the receiving process from its own thread when the send was the larger.
+TEST(Mismatch, ASendAndAReceiveOfDifferentSizesAreTold) {
+  auto& w = world();
+  if (w.size() < 2) GTEST_SKIP() << "needs two ranks";
+  if (w.backend() == comm::Backend::Nccl) GTEST_SKIP() << "NCCL cannot tell the size a send carried";
+  const bool mpi = w.backend() == comm::Backend::Mpi;
+  struct Case {
+    std::size_t sent, posted;
+    bool async;
+    std::string receiver_sees;
+  };
+  const Case cases[] = {
+      {4, 8, false,
+       mpi ? "carried 16 bytes (4 x float32), where this receive takes 32; a send and its receive must"
+           : "Its last send here, to this rank with tag 3, is of 16 bytes where this recv is of 32"},
+      {8, 4, false,
+       mpi ? "carried more than 16 bytes, where this receive takes 16"
+           : "Its last send here, to this rank with tag 3, is of 32 bytes where this recv is of 16"},
+      {8, 4, true, mpi ? "carried more than 16 bytes, where this receive takes 16" : "is of 32 bytes where this recv"},
+      {4, 8, true, mpi ? "carried 16 bytes (4 x float32), where this receive takes 32" : "is of 16 bytes where this"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE("send " + std::to_string(c.sent) + ", receive " + std::to_string(c.posted) +
+                 (c.async ? ", recv_async" : ", recv"));
+    auto sub = breakable("sizes", std::chrono::milliseconds(1500));
+    std::vector<float> x(8, -1.0f);
+    if (w.rank() == 0) {
+      const std::vector<float> out(c.sent, 2.0f);
+      if (mpi) {
+        EXPECT_NO_THROW(sub->send({out.data(), c.sent}, 1, 3));
+      } else {
+        EXPECT_THROW_WITH(sub->send({out.data(), c.sent}, 1, 3), TimeoutError,
+                          "Its last receive here, from this rank with tag 3, is of " + std::to_string(4 * c.posted) +
+                              " bytes where this send is of " + std::to_string(4 * c.sent));
+      }
+    } else if (w.rank() == 1) {
+      const auto receive = [&] {
+        if (c.async)
+          sub->recv_async({x.data(), c.posted}, 0, 3).wait();
+        else
+          sub->recv({x.data(), c.posted}, 0, 3);
+      };
+      if (mpi)
+        EXPECT_THROW_WITH(receive(), CommError,
+                          "recv (" + std::to_string(c.posted) +
+                              " x float32, from rank 0, tag 3) on communicator 'sizes' [mpi, " +
+                              std::to_string(w.size()) + " ranks]: the send it matched " + c.receiver_sees);
+      else
+        EXPECT_THROW_WITH(receive(), TimeoutError, c.receiver_sees);
+    }
+    w.barrier();
+  }
+}
+
 // Without the check mode, the fence before every MPI and Gloo collective still compares a
 // hash of (op, count, dtype, root, reduce op, collective number): ranks that disagree get a
 // MismatchError, all of them, before any data moves, instead of a hang (MPI) or an abort (Gloo).

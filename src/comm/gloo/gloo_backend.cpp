@@ -40,9 +40,19 @@
 namespace tessera::comm::detail {
 namespace {
 
-/// Point-to-point slots live far above Gloo's collective slots' tags.
-constexpr std::uint64_t kP2PSlotBase = 1ull << 40;
+/// Gloo's collectives take slots counting up from 0; the ring all-reduce's start at 2^41
+/// (its step numbers in the low 20 bits); sends and receives take slots from 2^62.
 constexpr std::uint64_t kRingSlotBase = 1ull << 41;
+constexpr std::uint64_t kP2PSlotBase = 1ull << 62;
+
+/// A send's or receive's slot: its tag (below 2^31) and its size in bytes (its low 31 bits).
+/// Gloo ends the process when a message is larger than the receive posted for it (an
+/// exception on its own thread), so the size is part of what matches: a send and a receive
+/// of different sizes never meet, and the receive times out, its peer seen waiting in the
+/// send.
+std::uint64_t p2p_slot(int tag, std::size_t bytes) {
+  return kP2PSlotBase | static_cast<std::uint64_t>(tag) << 31 | (bytes & ((1ull << 31) - 1));
+}
 
 std::chrono::milliseconds gloo_timeout(std::chrono::milliseconds t) {
   return t.count() > 0 ? t : std::chrono::hours(24 * 365);
@@ -286,7 +296,7 @@ class GlooBackend final : public Backend {
     auto pending = std::make_unique<GlooTransfer>();
     pending->send = op.type == OpType::Send;
     const std::size_t bytes = op.count * dtype_size(op.dtype);
-    const std::uint64_t slot = kP2PSlotBase + static_cast<std::uint64_t>(op.tag);
+    const std::uint64_t slot = p2p_slot(op.tag, bytes);
     try {
       pending->buffer = context_->createUnboundBuffer(pending->send ? op.send.data : op.recv.data, bytes);
       if (pending->send)

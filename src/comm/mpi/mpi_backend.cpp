@@ -44,11 +44,42 @@ struct MpiTransfer final : PendingTransfer {
   MPI_Request request = MPI_REQUEST_NULL;
   bool send = true;
   const char* what = "";
-  void wait(const Deadline& deadline) override { wait_mpi(request, deadline, what); }
+  MPI_Status status{};  // a receive's, once complete
+  bool truncated = false;
+  void wait(const Deadline& deadline) override {
+    if (send) {
+      wait_mpi(request, deadline, what);
+      return;
+    }
+    // A receive keeps its status: how much the send carried, or that it did not fit (the
+    // front end says so rather than MPI's MPI_ERR_IN_STATUS).
+    const int rc = wait_mpi_status(request, deadline, what, status);
+    if (rc != MPI_SUCCESS) keep_truncation(rc);
+  }
   bool test() override {
     int done = 0;
-    TESSERA_CHECK_MPI(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
+    const int rc = MPI_Test(&request, &done, send ? MPI_STATUS_IGNORE : &status);
+    if (rc != MPI_SUCCESS) {
+      if (send) TESSERA_CHECK_MPI(rc);
+      keep_truncation(rc);
+      return true;
+    }
     return done != 0;
+  }
+  Arrived arrived() const override {
+    if (send) return {};
+    if (truncated) return {true, true, 0};
+    int bytes = 0;
+    MPI_Get_count(&status, MPI_BYTE, &bytes);
+    return {bytes != MPI_UNDEFINED, false, static_cast<std::size_t>(bytes)};
+  }
+  /// A receive that ended with an error: a send too large for its buffer is remembered, for
+  /// arrived(); any other error is raised.
+  void keep_truncation(int rc) {
+    int error_class = 0;
+    MPI_Error_class(rc == MPI_ERR_IN_STATUS ? status.MPI_ERROR : rc, &error_class);
+    if (error_class != MPI_ERR_TRUNCATE) TESSERA_CHECK_MPI(rc == MPI_ERR_IN_STATUS ? status.MPI_ERROR : rc);
+    truncated = true;
   }
   bool stop() noexcept override {
     // A transfer abandoned after a timeout must not match a later message, nor touch its
