@@ -71,7 +71,7 @@ int main(int argc, char** argv) {
                         std::to_string(steps) + ": each round times at least one step; give --bench.steps " +
                         std::to_string(rounds) + " or more, or fewer --bench.rounds");
     if (!app.count("--data.samples")) c.synthetic_samples = std::max<std::int64_t>(c.global_batch * 8, 1024);
-    c = flags.finish(app);
+    c = flags.finish(app, session.size());
     flags.print_unused(app, "tessera-bench-train", session.size(), session.rank() == 0);
     if (session.rank() == 0 && app.count("--train.steps"))
       std::fprintf(stderr,

@@ -126,8 +126,8 @@ struct TrainFlags {
     return t;
   }
 
-  /// After parsing: the configuration, checked.
-  train::TrainConfig finish(const CLI::App& app) {
+  /// After parsing: the configuration, checked for a job of `ranks` ranks.
+  train::TrainConfig finish(const CLI::App& app, int ranks) {
     // The names were checked, and lower-cased, as the command line was read (one_of).
     if (app.count("--optim.lr")) config.lr = lr;
     config.ddp.grad_dtype = wire_dtype(grad_dtype);
@@ -135,7 +135,7 @@ struct TrainFlags {
     config.ddp.overlap_backward = o == "auto"                                          ? parallel::BackwardOverlap::Auto
                                   : o == "true" || o == "on" || o == "yes" || o == "1" ? parallel::BackwardOverlap::On
                                                                                        : parallel::BackwardOverlap::Off;
-    config.validate();
+    config.validate(ranks);
     return config;
   }
 

@@ -77,7 +77,7 @@ int main(int argc, char** argv) {
 
   return tessera::apps::run_app(argc, argv, app, [&](tessera::Session& session) {
     using namespace tessera;
-    c = flags.finish(app);
+    c = flags.finish(app, session.size());
     flags.print_unused(app, "tessera-train", session.size(), session.rank() == 0);
     if (!save_path.empty() && c.tp > 1)
       throw ConfigError("--save writes whole tensors, and with --parallel.tp " + std::to_string(c.tp) +

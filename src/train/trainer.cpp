@@ -40,10 +40,20 @@ double square_sum(const float* data, std::size_t n) {
 }
 }  // namespace
 
-void TrainConfig::validate() const {
+void TrainConfig::validate(int ranks) const {
   auto require = [](bool ok, const std::string& what) {
     if (!ok) throw ConfigError(what);
   };
+  // The ranks first: the model's own checks below advise other sizes (--model.dim divisible
+  // by tp, more layers than pp), which would not help where the ranks do not divide.
+  if (ranks > 0 && tp >= 1 && pp >= 1 && ranks % (tp * pp) != 0) {
+    const std::string world_ranks = std::to_string(ranks) + (ranks == 1 ? " rank" : " ranks");
+    require(false, pp == 1 ? "--parallel.tp " + std::to_string(tp) + " does not divide the " + world_ranks +
+                                 " into tensor-parallel groups; choose a divisor of " + std::to_string(ranks)
+                           : "--parallel.tp " + std::to_string(tp) + " x --parallel.pp " + std::to_string(pp) + " = " +
+                                 std::to_string(tp * pp) + " ranks per model replica does not divide the " +
+                                 world_ranks + "; choose sizes whose product divides " + std::to_string(ranks));
+  }
   require(layers >= 1, "--model.layers must be >= 1");
   require(dim >= 1, "--model.dim must be >= 1");
   require(steps >= 0, "--train.steps must be >= 0");
@@ -205,19 +215,10 @@ MemoryBudget least_budget(comm::Communicator& comm, const MemoryBudget& mine) {
 }  // namespace
 
 Trainer::Trainer(TrainConfig config, comm::Communicator& comm) : config_(std::move(config)), comm_(comm) {
-  config_.validate();
+  config_.validate(comm.size());
   kernels::check_host_isa_setting(comm.rank() == 0);
   kernels::check_gemm_bias_epilogue_setting(comm.rank() == 0);
   const int model_ranks = config_.tp * config_.pp;  // ranks that hold one replica of the model
-  const std::string world_ranks = std::to_string(comm.size()) + (comm.size() == 1 ? " rank" : " ranks");
-  if (comm.size() % model_ranks != 0)
-    throw ConfigError(config_.pp == 1
-                          ? "--parallel.tp " + std::to_string(config_.tp) + " does not divide the " + world_ranks +
-                                " into tensor-parallel groups; choose a divisor of " + std::to_string(comm.size())
-                          : "--parallel.tp " + std::to_string(config_.tp) + " x --parallel.pp " +
-                                std::to_string(config_.pp) + " = " + std::to_string(model_ranks) +
-                                " ranks per model replica does not divide the " + world_ranks +
-                                "; choose sizes whose product divides " + std::to_string(comm.size()));
   // Data parallelism runs over the ranks that hold the same blocks of the same layers: all
   // of them, or on a dp x tp x pp mesh (tp fastest: consecutive ranks share a
   // tensor-parallel group; then dp; then pp).

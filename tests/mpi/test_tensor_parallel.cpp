@@ -203,10 +203,15 @@ TEST(TensorParallelTraining, LayoutsThatCannotRunAreConfigErrors) {
   EXPECT_THROW_WITH(
       train::Trainer(c, world()), ConfigError,
       "does not divide the " + std::to_string(world().size()) + (world().size() == 1 ? " rank into" : " ranks into"));
+  // Where both are wrong, the ranks are said first: a width the group divides would not help.
+  c.dim = 10 * static_cast<std::size_t>(c.tp) + 1;
+  EXPECT_THROW_WITH(train::Trainer(c, world()), ConfigError, "does not divide the " + std::to_string(world().size()));
   c.tp = 4;
   c.dim = 10;
-  EXPECT_THROW_WITH(train::Trainer(c, world()), ConfigError,
-                    "10 does not divide by 4; choose --model.dim divisible by 4");
+  EXPECT_THROW_WITH(c.validate(), ConfigError, "10 does not divide by 4; choose --model.dim divisible by 4");
+  if (world().size() % 4 == 0)
+    EXPECT_THROW_WITH(train::Trainer(c, world()), ConfigError,
+                      "10 does not divide by 4; choose --model.dim divisible by 4");
 }
 
 TEST(TensorParallelTraining, TheLayoutNamesEachGroupsRanks) {

@@ -64,8 +64,9 @@ struct TrainConfig {
   /// bucket as backward completes it.
   bool overlap_optimizer = true;
 
-  /// Throws ConfigError for values no run can use (before any communication).
-  void validate() const;
+  /// Throws ConfigError for values no run can use (before any communication); given the
+  /// job's `ranks`, also for a tp x pp layout that does not divide them.
+  void validate(int ranks = 0) const;
 
   /// Parameters a rank of pipeline stage `stage` holds (the whole model, or its stage's
   /// layers, or their tensor-parallel blocks).
