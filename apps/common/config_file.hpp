@@ -134,9 +134,13 @@ inline std::vector<std::string> expand_config(int argc, char** argv, const CLI::
     std::string key;
     for (const auto& p : item.parents) key += p + ".";
     key += item.name;
-    bool known = false;
+    bool known = false, flag = false;
     for (const CLI::Option* opt : app.get_options())
-      for (const auto& name : opt->get_lnames()) known = known || name == key;
+      for (const auto& name : opt->get_lnames())
+        if (name == key) {
+          known = true;
+          flag = opt->get_items_expected_max() == 0;
+        }
     if (!known || key == "config") {
       const std::string near = key == "config" ? std::string() : closest_option(app, key);
       const auto line = lines.find(key);
@@ -145,8 +149,14 @@ inline std::vector<std::string> expand_config(int argc, char** argv, const CLI::
                         ": unknown setting '" + key + "'" +
                         (near.empty() ? " (run with --help for the options)" : "; did you mean '" + near + "'?"));
     }
-    settings.push_back("--" + key);
     source.options.push_back("--" + key);
+    // A flag takes its value after '=' ("quiet = true" is --quiet=true): given apart, the
+    // value would be read as a stray argument.
+    if (flag && item.inputs.size() == 1) {
+      settings.push_back("--" + key + "=" + item.inputs.front());
+      continue;
+    }
+    settings.push_back("--" + key);
     for (const auto& value : item.inputs) settings.push_back(value);
   }
   args.insert(args.begin() + 1, settings.begin(), settings.end());
