@@ -38,7 +38,8 @@ double median(std::vector<double> v) {
 int main(int argc, char** argv) {
   CLI::App app{
       "Per-step breakdown of training with any layout (DDP, ZeRO 1-3, tensor and pipeline parallelism): time, "
-      "memory and traffic, and the step against its GEMMs alone. Takes tessera-train's flags.",
+      "memory and traffic, and the step against its GEMMs alone. Takes tessera-train's model, data, training, "
+      "parallel and communication flags.",
       "mpiexec -n N tessera-bench-train"};
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   tessera::apps::TrainFlags flags;
@@ -62,6 +63,20 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(tessera::apps::whole(1, 1000));
   app.add_option("--json", json_path, "write the results as JSON")->option_text("FILE");
+  // tessera-train's output flags have no place here: each is refused, as a usage error, with
+  // what this benchmark does instead (not as an unknown option, which says nothing of why).
+  const std::pair<const char*, const char*> train_only[] = {
+      {"--metrics", "this benchmark writes its results with --json FILE"},
+      {"--save", "this benchmark saves no model; train with tessera-train --save FILE"},
+      {"--trace", "this benchmark writes no trace; trace a run of tessera-train with --trace FILE"},
+      {"--progress", "this benchmark prints no progress, only its summary"},
+  };
+  const auto refuse = [](std::string name, std::string instead) {
+    return [name, instead](const auto&...) { throw CLI::ValidationError(name, "tessera-train's option; " + instead); };
+  };
+  for (const auto& [name, instead] : train_only)
+    app.add_option_function<std::string>(name, refuse(name, instead))->group("");
+  app.add_flag_callback("--quiet", refuse("--quiet", "this benchmark prints no progress, only its summary"))->group("");
 
   return tessera::apps::run_app(argc, argv, app, [&](tessera::Session& session) {
     using namespace tessera;
