@@ -412,6 +412,8 @@ int main(int argc, char** argv) {
       "Collective bandwidth benchmark with nccl-tests semantics (-b, -e, -f, -i, -n, -w, -c, -d, -o, -r, -a, -T and "
       "-J mean what they mean in nccl-tests); compares Tessera with the raw library call on the same buffers.",
       "mpiexec -n N tessera-bench-collectives"};
+  // A flag given twice keeps its last value, as in nccl-tests and tessera-train.
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   std::string min_bytes = "64K", max_bytes = "64M", op_name = "all_reduce", dtype_name_arg = "float32",
               redop_name = "sum", backend_arg = "all", json_path;
   int factor = 4, iters = 20, warmup = 5, check_flag = 1, rounds = 3, root = 0, average = 3, gpus = 1, threads = 1;

@@ -42,10 +42,11 @@ inline std::string closest_option(const CLI::App& app, std::string name) {
   std::vector<std::string> names;
   for (const CLI::Option* opt : app.get_options())
     for (const auto& n : opt->get_lnames()) names.push_back(n);
-  for (const auto& n : names) {
-    const auto dot = n.rfind('.');
-    if (dot != std::string::npos && n.substr(dot + 1) == name) return n;
-  }
+  // A name's last dotted part: "model.steps" (a key under the wrong section) finds
+  // train.steps as "steps" does.
+  const auto last_part = [](const std::string& n) { return n.substr(n.rfind('.') + 1); };
+  for (const auto& n : names)
+    if (n != name && n.find('.') != std::string::npos && last_part(n) == last_part(name)) return n;
   std::string best;
   std::size_t best_distance = std::max<std::size_t>(1, std::min<std::size_t>(3, name.size() / 4)) + 1;
   for (const auto& n : names)
@@ -67,8 +68,25 @@ inline std::string explain(const CLI::ParseError& e, const CLI::App& app) {
         return "unknown option '" + arg.substr(0, arg.find('=')) + "'" +
                (near.empty() ? std::string() : "; did you mean --" + near + "?");
       }
-    if (!extra.empty()) return "unexpected argument '" + extra.front() + "': options are given as --name value";
+    if (!extra.empty()) {
+      const std::string& arg = extra.front();
+      const bool toml = arg.size() > 5 && arg.compare(arg.size() - 5, 5, ".toml") == 0;
+      return "unexpected argument '" + arg + "': options are given as --name value" +
+             (toml && app.get_option_no_throw("--config") != nullptr ? "; a config file as --config " + arg : "");
+    }
     return what;
+  }
+  // "--stepfactor excludes --stepbytes": each named as the user may have typed it.
+  if (dynamic_cast<const CLI::ExcludesError*>(&e) != nullptr) {
+    const auto at = what.find(" excludes ");
+    if (at != std::string::npos) {
+      const auto both_names = [&](const std::string& name) {
+        const CLI::Option* opt = app.get_option_no_throw(name);
+        return opt != nullptr && !opt->get_snames().empty() ? "-" + opt->get_snames().front() + "/" + name : name;
+      };
+      return both_names(what.substr(0, at)) + " and " + both_names(what.substr(at + 10)) +
+             " cannot be given together; give one";
+    }
   }
   const auto colon = what.find(": ");
   const std::string option = colon == std::string::npos ? std::string() : what.substr(0, colon);

@@ -92,6 +92,8 @@ class Demo {
 int main(int argc, char** argv) {
   CLI::App app{"Runs the textbook collective examples on every rank and prints them per rank.",
                "mpiexec -n 4 tessera-collectives"};
+  // A flag given twice keeps its last value, as in nccl-tests and tessera-train.
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   std::string backend_name = "auto";  // as tessera-train: NCCL where every rank has a GPU, else MPI
   bool info = false;
   app.add_option("--backend", backend_name, "communication backend: auto, mpi, gloo or nccl")
