@@ -568,8 +568,8 @@ int main(int argc, char** argv) {
       for (const auto& op : ops) {
         if (leader) {
           std::printf(
-              "#\n# backend %s, %d ranks, op %s, dtype %s, redop %s, %d iters x %d rounds, %d warm-up, time: %s%s%s\n",
-              comm::backend_name(comm->backend()), p, op.c_str(), tessera::dtype_name(dtype),
+              "#\n# backend %s, %d rank%s, op %s, dtype %s, redop %s, %d iters x %d rounds, %d warm-up, time: %s%s%s\n",
+              comm::backend_name(comm->backend()), p, p == 1 ? "" : "s", op.c_str(), tessera::dtype_name(dtype),
               reduces(op) ? comm::reduce_op_name(redop) : "none", iters, rounds, warmup, kAverageWords[average],
               noise_floor ? "\n# NOISE FLOOR: the Tessera columns time the raw call too" : "",
               p == 1 ? "\n# 1 rank: nothing crosses a bus, so busbw is undefined (-); tess/raw compares times" : "");

@@ -35,7 +35,7 @@ rm -rf outputs && mkdir outputs && cd outputs || exit 1
 
 echo "== a failed run leaves an existing --metrics file as it was; a finished one replaces it"
 printf 'from an earlier run\n' > metrics.jsonl
-expect nonzero "fewer than one global batch" "${np2[@]}" "$train" "${small[@]}" --data.samples 8 --metrics metrics.jsonl
+expect nonzero "fewer than one batch (--train.batch 16); lower --train.batch or raise --data.samples" "${np2[@]}" "$train" "${small[@]}" --data.samples 8 --metrics metrics.jsonl
 grep -qx 'from an earlier run' metrics.jsonl || fail "a run that failed while setting up changed metrics.jsonl"
 expect nonzero "--metrics 'metrics.jsonl' was left as it was" "${np2[@]}" "$train" --model.layers 2 --model.dim 64 \
   --optim.name sgd --optim.lr 1000 --train.steps 30 --quiet --metrics metrics.jsonl

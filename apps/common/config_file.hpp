@@ -6,6 +6,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -113,8 +115,13 @@ inline std::vector<std::string> expand_config(int argc, char** argv, const CLI::
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec))
     throw ConfigError("config file '" + path + "' is a directory; give the TOML file in it");
+  errno = 0;
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw ConfigError("config file '" + path + "' cannot be read");
+  if (!in)
+    throw ConfigError("config file '" + path + "' cannot be read: " +
+                      (!std::filesystem::exists(path, ec) ? std::string("there is no such file")
+                       : errno != 0                       ? std::string(std::strerror(errno))
+                                                          : std::string("it could not be opened")));
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   // A UTF-8 byte-order mark, which some editors write, is no part of the first line.
   if (text.rfind("\xEF\xBB\xBF", 0) == 0) text.erase(0, 3);

@@ -63,7 +63,8 @@ class Hdf5Dataset final : public Dataset {
       targets_ = H5Handle(H5Dopen2(file_.get(), "/targets", H5P_DEFAULT), H5Dclose);
       const auto t = shape_of(targets_.get());
       if (t.size() != 2 || static_cast<std::int64_t>(t[0]) != rows_)
-        throw bad("/targets must be [" + std::to_string(rows_) + ", d_out]");
+        throw bad("/targets must be [" + std::to_string(rows_) + ", d_out], one row per row of /inputs, not " +
+                  shape_text(t));
       if (!is_type(targets_.get(), H5T_NATIVE_FLOAT))
         throw bad("/targets is " + type_name(targets_.get()) + ", not float32");
       target_dim_ = static_cast<std::size_t>(t[1]);
@@ -72,7 +73,7 @@ class Hdf5Dataset final : public Dataset {
       labels_ = H5Handle(H5Dopen2(file_.get(), "/labels", H5P_DEFAULT), H5Dclose);
       const auto l = shape_of(labels_.get());
       if (l.size() != 1 || static_cast<std::int64_t>(l[0]) != rows_)
-        throw bad("/labels must be [" + std::to_string(rows_) + "]");
+        throw bad("/labels must be [" + std::to_string(rows_) + "], one per row of /inputs, not " + shape_text(l));
       if (!is_type(labels_.get(), H5T_NATIVE_INT64))
         throw bad("/labels is " + type_name(labels_.get()) + ", not int64");
       std::vector<std::int64_t> all(static_cast<std::size_t>(rows_));
@@ -142,6 +143,13 @@ class Hdf5Dataset final : public Dataset {
     std::vector<hsize_t> dims(static_cast<std::size_t>(rank));
     TESSERA_CHECK_HDF5(H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr));
     return dims;
+  }
+  /// "[90]", "[100, 3]", "a scalar".
+  static std::string shape_text(const std::vector<hsize_t>& dims) {
+    if (dims.empty()) return "a scalar";
+    std::string text = "[";
+    for (std::size_t i = 0; i < dims.size(); ++i) text += (i ? ", " : "") + std::to_string(dims[i]);
+    return text + "]";
   }
   /// True when the dataset holds what `native` holds, in any byte order (HDF5 converts it on
   /// reading): a 4-byte float for H5T_NATIVE_FLOAT, a signed 8-byte integer for INT64.

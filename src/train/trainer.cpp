@@ -331,6 +331,11 @@ Trainer::Trainer(TrainConfig config, comm::Communicator& comm) : config_(std::mo
   model_ = std::make_unique<nn::MLP>(store_, config_.layers, config_.dim, "layers", mesh_ ? &mesh_->tp() : nullptr,
                                      part.first, part.count);
   if (part.first == 0) model_->set_input_grad(false);  // the input is data: no gradient for it
+  if (dataset_->size() < config_.global_batch)
+    throw ConfigError("the dataset has " + std::to_string(dataset_->size()) +
+                      (dataset_->size() == 1 ? " sample" : " samples") + ", fewer than one batch (--train.batch " +
+                      std::to_string(config_.global_batch) + "); lower --train.batch" +
+                      (config_.data == "synthetic" ? " or raise --data.samples" : " or give a larger dataset"));
   // Every rank of a tensor-parallel group trains on the same samples.
   sampler_ = std::make_unique<data::DistributedSampler>(dataset_->size(), config_.global_batch, dp_->rank(),
                                                         dp_->size(), config_.seed);

@@ -190,7 +190,13 @@ TEST(Hdf5Dataset, MalformedFilesAreClearErrors) {
     w.add("/inputs", {4, 3}, in, H5T_NATIVE_FLOAT);
     w.add("/targets", {3, 3}, std::vector<float>(9), H5T_NATIVE_FLOAT);
   }
-  expect("/targets must be [4, d_out]");
+  expect("/targets must be [4, d_out], one row per row of /inputs, not [3, 3]");
+  {
+    H5Writer w(f);
+    w.add("/inputs", {4, 3}, in, H5T_NATIVE_FLOAT);
+    w.add("/labels", {3}, std::vector<std::int64_t>{0, 1, 0}, H5T_NATIVE_INT64);
+  }
+  expect("/labels must be [4], one per row of /inputs, not [3]");
   {
     H5Writer w(f);
     w.add("/inputs", {4, 3}, in, H5T_NATIVE_FLOAT);
