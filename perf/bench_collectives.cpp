@@ -432,9 +432,9 @@ int main(int argc, char** argv) {
   app.add_option("-i,--stepbytes", step_bytes, "add this many bytes between rows instead of -f; K, M and G suffixes")
       ->excludes(factor_opt)
       ->check(size);
-  app.add_option("--coll", op_name,
-                 "collective: all_reduce, all_gather, reduce_scatter, broadcast, reduce, all_to_all, or all of them")
+  app.add_option("--coll", op_name, "the collective, or all of them")
       ->capture_default_str()
+      ->option_text("{all_reduce,all_gather,reduce_scatter,broadcast,reduce,all_to_all,all}")
       ->check(apps::parsed_by(check_collective));
   app.add_option("-d,--datatype,--dtype", dtype_name_arg,
                  "float32 or float, float64 or double, int32, int64, bfloat16, float16 or half")

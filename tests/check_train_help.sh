@@ -18,7 +18,9 @@ out=$(COLUMNS=80 "$train" --help) || fail "--help exited $?"
 echo "$out"
 head -1 <<<"$out" | grep -q '^Usage: mpiexec -n N tessera-train' || fail "the first line is not the usage line"
 [ "$(grep -c 'Usage:' <<<"$out")" -eq 1 ] || fail "'Usage:' is printed more than once"
-! grep -qi kokkos <<<"$out" || fail "Kokkos' help is mixed in"
+! grep -qE 'kokkos-[a-z-]+=[A-Z]+ +:' <<<"$out" || fail "Kokkos' help is mixed in"
+has "^Kokkos' own flags go to Kokkos, with their value after '=':$" "Kokkos' flags named"
+has '^--kokkos-(num-)?threads=N, --kokkos-device-id=N, ...; --kokkos-help lists them.$' "Kokkos' flags named"
 has '^  --model.layers LAYERS +number of Linear layers \(default: 8\)$' "placeholder and default"
 for choices in 'parallel.schedule \{1f1b,gpipe\}' 'optim.name \{adamw,sgd\}' 'comm.backend \{auto,mpi,gloo,nccl\}' \
   'comm.grad_dtype \{fp32,bf16\}' 'comm.overlap_backward \{auto,true,false\}'; do

@@ -103,6 +103,11 @@ inline int run_app(int argc, char** argv, CLI::App& app, const std::function<int
   const std::string name = std::filesystem::path(argv[0]).filename().string();
   app.formatter(std::make_shared<HelpFormatter>());
   app.add_flag("--version", "print the version of Tessera and of the libraries this build uses, and exit");
+  // Kokkos' own flags are taken out before the app's are read (below): --help says so.
+  app.footer(app.get_footer() + (app.get_footer().empty() ? "" : "\n\n") +
+             "\nKokkos' own flags go to Kokkos, with their value after '=':\n" +
+             (KOKKOS_VERSION >= 30700 ? "--kokkos-num-threads=N" : "--kokkos-threads=N") +
+             ", --kokkos-device-id=N, ...; --kokkos-help lists them.");
   group_by_section(app);
   if (app.get_help_ptr() != nullptr) app.get_help_ptr()->description("print this help and exit");
   std::vector<char*> kokkos_argv = {argv[0]}, app_argv = {argv[0]};

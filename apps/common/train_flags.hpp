@@ -31,7 +31,7 @@ struct TrainFlags {
         ->capture_default_str()
         ->check(whole(1, kMany));
     app.add_option("--model.dim", c.dim, "width of every layer")->capture_default_str()->check(whole(1, kMany));
-    app.add_option("--train.batch", c.global_batch, "global batch: samples per step over all ranks")
+    app.add_option("--train.batch", c.global_batch, "global batch: samples per step over all ranks and micro-steps")
         ->capture_default_str()
         ->check(whole(1, kMany));
     app.add_option("--train.accum", c.accum, "gradient accumulation micro-steps per step")

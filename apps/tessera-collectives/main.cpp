@@ -96,8 +96,10 @@ int main(int argc, char** argv) {
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   std::string backend_name = "auto";  // as tessera-train: NCCL where every rank has a GPU, else MPI
   bool info = false;
-  app.add_option("--backend", backend_name, "communication backend: auto, mpi, gloo or nccl")
+  app.add_option("--backend", backend_name,
+                 "communication backend; auto: NCCL when every rank has a GPU of its own, else MPI")
       ->capture_default_str()
+      ->option_text("{auto,mpi,gloo,nccl}")
       ->check(tessera::apps::parsed_by(tessera::comm::parse_backend));
   app.add_flag("--info", info, "print the build configuration first");
 
