@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -348,9 +349,11 @@ CLI::Validator one_per_rank(const char* flag, const char* what) {
   return CLI::Validator(
       [flag, what](std::string& value) -> std::string {
         char* end = nullptr;
+        errno = 0;
         const long long n = std::strtoll(value.c_str(), &end, 10);
-        if (value.empty() || *end != '\0' || n < 1)
+        if (value.empty() || *end != '\0' || errno == ERANGE || n > (1 << 20))
           return "'" + value + "' is not a whole number of " + what + "; leave " + flag + " out or give " + flag + " 1";
+        if (n < 1) return "must be 1, not " + value + ": a Tessera rank drives one GPU from one thread";
         if (n == 1) return {};
         int started = 0, ranks = 1;
         MPI_Initialized(&started);
@@ -490,7 +493,7 @@ int main(int argc, char** argv) {
         ->check(foreign_flag_check(kForeignFlags[i]))
         ->group("nccl-tests options with no counterpart here");
 
-  return tessera::apps::run_app(argc, argv, app, [&](tessera::Session& session) {
+  return tessera::apps::run_app(argc, argv, app, tessera::apps::Outputs::AtEnd, [&](tessera::Session& session) {
     const DType dtype = parse_dtype(dtype_name_arg);
     const ReduceOp redop = comm::parse_reduce_op(redop_name);
     if (redop == ReduceOp::Avg && (dtype == DType::Int32 || dtype == DType::Int64))
@@ -556,9 +559,18 @@ int main(int argc, char** argv) {
                        {"rounds", rounds},
                        {"step_factor", step > 0 ? nlohmann::json(nullptr) : nlohmann::json(factor)},
                        {"step_bytes", step > 0 ? nlohmann::json(step) : nlohmann::json(nullptr)},
-                       {"timeout_s", nullptr}};  // the communicators' own, once they exist
+                       {"timeout_s", nullptr},  // the communicators' own, once they exist
+                       {"check", check_flag == 1},
+                       {"noise_floor", noise_floor},
+                       {"min_busbw_gbps", min_busbw ? nlohmann::json(*min_busbw) : nlohmann::json(nullptr)},
+                       {"min_ratio", min_ratio ? nlohmann::json(*min_ratio) : nlohmann::json(nullptr)},
+                       {"gloo_loop_sched", std::getenv("TESSERA_GLOO_LOOP_SCHED") != nullptr
+                                               ? nlohmann::json(std::getenv("TESSERA_GLOO_LOOP_SCHED"))
+                                               : nlohmann::json(nullptr)}};
+    out["started_utc"] = apps::utc_now();
     out["results"] = nlohmann::json::array();
     bool below = false, below_ratio = false;
+    std::vector<std::string> misses;  // the rows below a threshold, named
     std::size_t total_wrong = 0;
 
     for (const auto backend : backends) {
@@ -568,7 +580,8 @@ int main(int argc, char** argv) {
       for (const auto& op : ops) {
         if (leader) {
           std::printf(
-              "#\n# backend %s, %d rank%s, op %s, dtype %s, redop %s, %d iters x %d rounds, %d warm-up, time: %s%s%s\n",
+              "#\n# backend %s, %d rank%s, op %s, dtype %s, redop %s, %d iters x %d rounds, %d warm-up, time: "
+              "%s%s%s\n",
               comm::backend_name(comm->backend()), p, p == 1 ? "" : "s", op.c_str(), tessera::dtype_name(dtype),
               reduces(op) ? comm::reduce_op_name(redop) : "none", iters, rounds, warmup, kAverageWords[average],
               noise_floor ? "\n# NOISE FLOOR: the Tessera columns time the raw call too" : "",
@@ -636,8 +649,17 @@ int main(int argc, char** argv) {
           const double busbw = algbw * bus_factor(op, p);
           const double raw_busbw = has_raw ? static_cast<double>(c.bytes) / t_raw / 1e9 * bus_factor(op, p) : 0.0;
           const double ratio = has_raw ? t_raw / t : 0.0;
-          if (min_busbw && busbw < *min_busbw) below = true;
-          if (min_ratio && has_raw && ratio < *min_ratio) below_ratio = true;
+          const bool row_below = min_busbw && busbw < *min_busbw,
+                     row_below_ratio = min_ratio && has_raw && ratio < *min_ratio;
+          below = below || row_below;
+          below_ratio = below_ratio || row_below_ratio;
+          if (row_below || row_below_ratio) {
+            char text[160];
+            std::snprintf(text, sizeof text, "%s %s %zu B: %s %.3f%s", comm::backend_name(comm->backend()), op.c_str(),
+                          c.bytes, row_below ? "busbw" : "Tessera/raw", row_below ? busbw : ratio,
+                          row_below ? " GB/s" : "");
+            misses.emplace_back(text);
+          }
           if (leader) {
             auto gbps = [&](double v, int width) {
               char text[32];
@@ -655,9 +677,11 @@ int main(int argc, char** argv) {
               std::snprintf(tail, sizeof tail, " %8.3f", ratio);
               raw_cols = text + (" " + gbps(raw_busbw, 9)) + tail;
             }
-            std::printf("  %12zu %12zu %9s %6s %10.2f %8.2f %s %7zu %s\n", c.bytes, c.count, tessera::dtype_name(dtype),
+            // -c 0 checked nothing: N/A, as nccl-tests prints, not a count of 0.
+            const std::string wrong_col = check_flag ? std::to_string(wrong) : "N/A";
+            std::printf("  %12zu %12zu %9s %6s %10.2f %8.2f %s %7s %s\n", c.bytes, c.count, tessera::dtype_name(dtype),
                         reduces(op) ? comm::reduce_op_name(redop) : "none", t * 1e6, algbw, gbps(busbw, 8).c_str(),
-                        wrong, raw_cols.c_str());
+                        wrong_col.c_str(), raw_cols.c_str());
             std::fflush(stdout);
           }
           nlohmann::json row = {
@@ -677,7 +701,7 @@ int main(int argc, char** argv) {
               {"raw_time_us", has_raw ? nlohmann::json(t_raw * 1e6) : nlohmann::json(nullptr)},
               {"raw_rank_time_us", has_raw ? microseconds(raw_timing.per_rank) : nlohmann::json(nullptr)},
               {"tessera_over_raw", has_raw ? nlohmann::json(ratio) : nlohmann::json(nullptr)},
-              {"wrong", wrong},
+              {"wrong", check_flag ? nlohmann::json(wrong) : nlohmann::json(nullptr)},
               {"noise_floor", noise_floor}};
           out["results"].push_back(row);
           if (step > 0 ? step > hi - bytes : bytes > hi / static_cast<std::size_t>(factor)) break;  // no overflow
@@ -695,6 +719,7 @@ int main(int argc, char** argv) {
       if (total_wrong > 0) std::printf("# %zu WRONG elements: results are incorrect\n", total_wrong);
       if (below) std::printf("# busbw below --min-busbw %.3f GB/s in at least one row\n", *min_busbw);
       if (below_ratio) std::printf("# Tessera/raw below --min-ratio %.3f in at least one row\n", *min_ratio);
+      for (const auto& miss : misses) std::printf("#   below: %s\n", miss.c_str());
     }
     return (total_wrong > 0 || below || below_ratio) ? 1 : 0;
   });

@@ -78,8 +78,9 @@ int main(int argc, char** argv) {
     app.add_option_function<std::string>(name, refuse(name, instead))->group("");
   app.add_flag_callback("--quiet", refuse("--quiet", "this benchmark prints no progress, only its summary"))->group("");
 
-  return tessera::apps::run_app(argc, argv, app, [&](tessera::Session& session) {
+  return tessera::apps::run_app(argc, argv, app, tessera::apps::Outputs::AtEnd, [&](tessera::Session& session) {
     using namespace tessera;
+    const std::string started_utc = apps::utc_now();
     c.steps = warmup + steps;
     if (rounds > steps)
       throw ConfigError("--bench.rounds " + std::to_string(rounds) + " is more than --bench.steps " +
@@ -416,7 +417,8 @@ int main(int argc, char** argv) {
     };
     if (session.rank() == 0) {
       std::printf(
-          "# tessera-bench-train: %d rank%s (%s, %s, layout %s), MLP %zu x %zu, global batch %lld, %s%s, grads %s, %d "
+          "# tessera-bench-train: %d rank%s (%s, %s, layout %s), MLP %zu x %zu, global batch %lld, %s%s, grads %s, "
+          "%d "
           "step%s, BLAS threads %s per rank%s\n",
           comm->size(), comm->size() == 1 ? "" : "s", comm::backend_name(comm->backend()), trainer.strategy().name(),
           layout.substr(0, layout.find(':')).c_str(),  // "dp 1 x tp 1 x pp 2", not its groups
@@ -498,6 +500,7 @@ int main(int argc, char** argv) {
         gethostname(host, sizeof host - 1);
         const auto info = tessera::build_info();
         nlohmann::json out = {
+            {"started_utc", started_utc},
             {"machine",
              {{"hostname", host},
               {"ranks", comm->size()},
@@ -538,7 +541,17 @@ int main(int argc, char** argv) {
               {"gemm_bias_separate", bias_counts.separate},
               {"overlap_backward", ddp_strategy != nullptr ? nlohmann::json(during_backward) : nlohmann::json(nullptr)},
               {"steps", steps},
-              {"rounds", rounds}}},
+              {"warmup", warmup},
+              {"rounds", rounds},
+              // What else makes a step what it is, to compare two files later.
+              {"accum", c.accum},
+              {"lr", c.lr ? nlohmann::json(*c.lr) : nlohmann::json(nullptr)},  // null: the optimizer's default
+              {"momentum", c.momentum},
+              {"weight_decay", c.weight_decay < 0 ? nlohmann::json(nullptr) : nlohmann::json(c.weight_decay)},
+              {"seed", c.seed},
+              {"data", c.data},
+              {"samples", c.data == "synthetic" ? nlohmann::json(c.synthetic_samples) : nlohmann::json(nullptr)},
+              {"max_rank_bytes", c.max_rank_bytes}}},
             {"median_s",
              {{"step", med[0]},
               {"forward", med[1]},

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Tessera's DDP beside PyTorch's DDP (Gloo) on the same model, batch and optimizer, in one
-# run: 2 ranks, MLP 8 x 1024, global batch 128, AdamW. Goal: Tessera >= 1.5 x PyTorch's
-# steps per second. Needs Debian's python3-torch. JSON in perf/results/.
+# Tessera's DDP beside PyTorch's DDP (Gloo) on the same model, batch and optimizer, one right
+# after the other (not in alternating rounds): 2 ranks, MLP 8 x 1024, global batch 128, AdamW.
+# Goal: Tessera >= 1.5 x PyTorch's steps per second. Needs Debian's python3-torch. JSON in
+# perf/results/.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/script_args.sh"
 script_args none "$@"
@@ -24,8 +25,8 @@ t, p = (json.load(open(f)) for f in sys.argv[1:3])
 ratio = t["steps_per_s"] / p["steps_per_s"]
 m = t["median_s"]
 floor = m["gemm_only"] + m["optimizer_only"] + m["all_reduce_only"]
-print(f"Tessera {t['steps_per_s']:.2f} steps/s, PyTorch {p['steps_per_s']:.2f} steps/s: Tessera / PyTorch = {ratio:.2f}"
-      f" (goal >= 1.5)")
+print(f"Tessera ({t['config']['backend']}) {t['steps_per_s']:.2f} steps/s, PyTorch ({p['backend']}) "
+      f"{p['steps_per_s']:.2f} steps/s: Tessera / PyTorch = {ratio:.2f} (goal >= 1.5)")
 print(f"Tessera step {m['step'] * 1e3:.1f} ms against its floor (GEMMs + optimizer + all-reduces alone) "
       f"{floor * 1e3:.1f} ms: {m['step'] / floor:.3f} x (goal <= 1.15)")
 PY

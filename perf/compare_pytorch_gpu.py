@@ -116,17 +116,43 @@ def tessera_run(args, bias_epilogue):
     (None: the build's default) and returns its JSON."""
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
         path = f.name
-    cmd = [args.bench, "--model.layers", str(args.layers), "--model.dim", str(args.dim), "--train.batch",
-           str(args.batch), "--bench.steps", str(args.steps), "--bench.warmup", str(args.warmup), "--json", path]
-    env = dict(os.environ)
-    env.pop("TESSERA_GEMM_BIAS_EPILOGUE", None)
-    if bias_epilogue is not None:
-        env["TESSERA_GEMM_BIAS_EPILOGUE"] = "1" if bias_epilogue else "0"
-    subprocess.run(cmd, check=True, stdout=sys.stderr if args.quiet else None, env=env)
-    with open(path) as f:
-        out = json.load(f)
-    os.unlink(path)
-    return out
+    try:
+        cmd = [args.bench, "--model.layers", str(args.layers), "--model.dim", str(args.dim), "--train.batch",
+               str(args.batch), "--bench.steps", str(args.steps), "--bench.warmup", str(args.warmup), "--json", path]
+        env = dict(os.environ)
+        env.pop("TESSERA_GEMM_BIAS_EPILOGUE", None)
+        if bias_epilogue is not None:
+            env["TESSERA_GEMM_BIAS_EPILOGUE"] = "1" if bias_epilogue else "0"
+        run = subprocess.run(cmd, stdout=sys.stderr if args.quiet else None, env=env)
+        if run.returncode != 0:
+            sys.exit(f"compare_pytorch_gpu.py: {args.bench} failed (exit {run.returncode}); its message is above")
+        with open(path) as f:
+            return json.load(f)
+    finally:
+        os.unlink(path)
+
+
+def check_before_running(p, args):
+    """What would fail only after the first rounds, refused before any: a benchmark that is not
+    there or not a CUDA build, PyTorch without a GPU."""
+    if not os.path.isabs(args.bench) and not os.path.exists(args.bench):
+        # The default is relative to the repository, wherever the script is run from.
+        beside = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", args.bench)
+        if os.path.exists(beside):
+            args.bench = os.path.normpath(beside)
+    if not os.path.isfile(args.bench):
+        p.error(f"--bench '{args.bench}' does not exist; build the CUDA build first (scripts/build-cuda.sh, "
+                f"docs/training.md) or give the path of its tessera-bench-train")
+    version = subprocess.run([args.bench, "--version"], capture_output=True, text=True)
+    if version.returncode != 0:
+        sys.exit(f"compare_pytorch_gpu.py: {args.bench} --version failed (exit {version.returncode}): "
+                 f"{(version.stderr or version.stdout).strip()}")
+    if "(Cuda" not in version.stdout:
+        p.error(f"--bench '{args.bench}' is not a CUDA build ({version.stdout.strip()}); give a CUDA build's")
+    import torch
+    if not torch.cuda.is_available():
+        sys.exit(f"compare_pytorch_gpu.py: PyTorch {torch.__version__} sees no GPU (torch.cuda.is_available() is "
+                 f"False): run it where there is one, with a PyTorch built for CUDA")
 
 
 class ArgumentHelp(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
@@ -149,6 +175,7 @@ def main():
     p.add_argument("--quiet", action="store_true", help="send the benchmark's own table to stderr")
     p.add_argument("--json", help="write the results as JSON to this file")
     args = p.parse_args()
+    check_before_running(p, args)
 
     # The default way (the epilogue) first: it is the one the headline ratios are of.
     variants = {"off": [False], "on": [True], "both": [True, False]}[args.bias_epilogue]

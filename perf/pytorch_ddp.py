@@ -85,6 +85,21 @@ def main():
                    help="scheduling policy of the ranks (see the description above)")
     p.add_argument("--json", help="write the results as JSON to this file")
     args = p.parse_args()
+    # Refused before any work, as tessera-bench-train refuses them.
+    for name in ("ranks", "layers", "dim", "batch", "steps", "threads"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name} must be at least 1, not {getattr(args, name)}")
+    if args.warmup < 0:
+        p.error(f"--warmup must be 0 or more, not {args.warmup}")
+    if args.batch % args.ranks:
+        p.error(f"--batch {args.batch} does not divide across {args.ranks} ranks; choose a multiple of {args.ranks}")
+    if args.json:
+        folder = os.path.dirname(args.json) or "."
+        if not os.path.isdir(folder):
+            p.error(f"--json '{args.json}': the directory '{folder}' does not exist; create it first")
+        if os.path.isdir(args.json):
+            p.error(f"--json '{args.json}' is a directory; give a file name")
+    started_utc = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     with socket.socket() as s:  # a free loopback port for the rendezvous
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -96,13 +111,18 @@ def main():
     step = results.get()
     out = {"framework": f"pytorch {torch.__version__}", "backend": "gloo", "sched": args.sched, "ranks": args.ranks,
            "layers": args.layers, "dim": args.dim, "global_batch": args.batch, "median_step_s": step,
-           "steps_per_s": 1 / step}
+           "steps_per_s": 1 / step, "steps": args.steps, "warmup": args.warmup, "threads": args.threads,
+           "seed": args.seed, "started_utc": started_utc,
+           "machine": {"hostname": socket.gethostname(), "cores": os.cpu_count()}}
     print(f"pytorch {torch.__version__} DDP (gloo, {args.sched} policy), {args.ranks} ranks, "
           f"MLP {args.layers} x {args.dim}, batch {args.batch}: median step {step * 1e3:.2f} ms, "
           f"{1 / step:.2f} steps/s")
     if args.json:
-        with open(args.json, "w") as f:
+        # Written beside, then renamed over: a file already there stays whole until then.
+        partial = f"{args.json}.tmp.{os.getpid()}"
+        with open(partial, "w") as f:
             json.dump(out, f, indent=2)
+        os.replace(partial, args.json)
 
 
 if __name__ == "__main__":

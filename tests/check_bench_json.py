@@ -32,7 +32,7 @@ for r in rows:
                 "algbw_gbps", "busbw_gbps", "raw_busbw_gbps", "raw_time_us", "raw_rank_time_us", "tessera_over_raw",
                 "wrong"):
         assert key in r, f"missing {key} in {r}"
-    assert r["wrong"] == 0, r
+    assert r["wrong"] == (0 if data["settings"]["check"] else None), r  # null where -c 0 checked nothing
     # Only the collectives that combine values name a reduction op.
     assert (r["redop"] == "none") == (r["op"] not in ("all_reduce", "reduce_scatter", "reduce")), r
     assert r["time_us"] > 0, r

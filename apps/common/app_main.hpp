@@ -59,18 +59,24 @@ inline bool g_launched = false;
 inline void quiet_stop_signals() noexcept { g_stop_length[0] = g_stop_length[1] = 0; }
 }  // namespace detail
 
+/// What an app writes, for what a stop by a signal says of its files: nothing; results
+/// written once the run has finished (the benchmarks' --json); or files written step by step
+/// beside those written at the end (tessera-train's --metrics, --save).
+enum class Outputs { None, AtEnd, StepByStep };
+
 /// SIGINT (Ctrl-C) and SIGTERM (scancel, a job's time limit, the launcher taking a job down):
 /// the output files still being written beside the user's are removed, rank 0 says so, and
 /// the process ends by the signal. The user's own files are as they were.
-inline void handle_stop_signals(const std::string& name, bool say_it, bool writes_files) {
+inline void handle_stop_signals(const std::string& name, bool say_it, Outputs outputs) {
   const char* names[2] = {"SIGINT", "SIGTERM"};
+  const char* files = outputs == Outputs::None ? ""
+                      : outputs == Outputs::AtEnd
+                          ? "; no results were written, and files you already had are as they were"
+                          : "; files you already had are as they were (the copies replacing them were removed); a new "
+                            "file written step by step keeps what was written so far";
   for (int k = 0; k < 2; ++k) {
     const int n = std::snprintf(detail::g_stop_message[k], sizeof detail::g_stop_message[k], "\n%s: stopped by %s%s\n",
-                                name.c_str(), names[k],
-                                writes_files ? "; files you already had are as they were (the copies replacing them "
-                                               "were removed); a new file written step by step keeps what was "
-                                               "written so far"
-                                             : "");
+                                name.c_str(), names[k], files);
     detail::g_stop_length[k] = say_it && n > 0 ? std::min<std::size_t>(static_cast<std::size_t>(n), 511) : 0;
   }
   struct sigaction action {};
@@ -101,9 +107,8 @@ inline void check_on_rank0(Session& session, const std::function<std::string()>&
 /// during the run that every rank meets (bad input) ends every rank the same way: rank 0
 /// prints it and all exit normally with status 1. An error that hits some ranks only is
 /// printed by them, and they abort the job so that no rank is left waiting. A stop by a
-/// signal says what became of the output files, unless the app writes none (`writes_files`).
-inline int run_app(int argc, char** argv, CLI::App& app, const std::function<int(Session&)>& body,
-                   bool writes_files = true) {
+/// signal says what became of the app's `outputs`.
+inline int run_app(int argc, char** argv, CLI::App& app, Outputs outputs, const std::function<int(Session&)>& body) {
   const std::string name = std::filesystem::path(argv[0]).filename().string();
   app.formatter(std::make_shared<HelpFormatter>());
   app.add_flag("--version", "print the version of Tessera and of the libraries this build uses, and exit");
@@ -177,7 +182,7 @@ inline int run_app(int argc, char** argv, CLI::App& app, const std::function<int
       }
       return 2;
     }
-    handle_stop_signals(name, session.rank() == 0, writes_files);
+    handle_stop_signals(name, session.rank() == 0, outputs);
     ConfigSource config;
     try {
       // Flags given twice (a config file's, then the command line's) keep the last value.
@@ -223,6 +228,11 @@ inline int run_app(int argc, char** argv, CLI::App& app, const std::function<int
     std::fprintf(stderr, "%s: error: %s\n", name.c_str(), e.what());
     return 1;
   }
+}
+
+/// The same for an app that writes files step by step (tessera-train).
+inline int run_app(int argc, char** argv, CLI::App& app, const std::function<int(Session&)>& body) {
+  return run_app(argc, argv, app, Outputs::StepByStep, body);
 }
 
 }  // namespace tessera::apps

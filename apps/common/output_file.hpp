@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -20,6 +21,17 @@
 #include <tessera/core/files.hpp>
 
 namespace tessera::apps {
+
+/// The time now, UTC, in ISO 8601 ("2026-11-26T15:55:30Z"): when the run a results file
+/// describes began, so that two files can be told apart later.
+inline std::string utc_now() {
+  const std::time_t now = std::time(nullptr);
+  std::tm utc{};
+  gmtime_r(&now, &utc);
+  char text[32];
+  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%SZ", &utc);
+  return text;
+}
 
 /// Empty when a file can be created (or replaced) at `path`; otherwise what prevents it,
 /// starting with `flag`. Nothing is left behind.

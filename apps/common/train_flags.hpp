@@ -168,7 +168,7 @@ struct TrainFlags {
                                          : " reduces each bucket as backward completes it"));
     // One data-parallel rank (every rank holds a different tensor-parallel block or pipeline
     // stage): nothing to shard, nothing sent over data parallelism.
-    const int model_ranks = c.tp * c.pp;
+    const long long model_ranks = static_cast<long long>(c.tp) * c.pp;
     if (model_ranks > 0 && ranks % model_ranks == 0 && ranks / model_ranks == 1) {
       const std::string layout =
           std::to_string(ranks) + (ranks == 1 ? " rank" : " ranks") +

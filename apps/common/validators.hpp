@@ -48,7 +48,8 @@ CLI::Validator real(InRange in_range, const std::string& requirement, const std:
         char* end = nullptr;
         const double v = std::strtod(text.c_str(), &end);
         // "16GB", "5s": the option's name says its unit.
-        if (!text.empty() && end != text.c_str() && std::isalpha(static_cast<unsigned char>(*end)))
+        if (!text.empty() && end != text.c_str() && std::isalpha(static_cast<unsigned char>(*end)) &&
+            std::tolower(static_cast<unsigned char>(*end)) != 'e')  // "1e" is a number cut short
           return "'" + text + "' is not a number; give the number alone (--help gives the option's unit)";
         if (text.empty() || end == text.c_str() || *end != '\0') return "'" + text + "' is not a number";
         if (!in_range(v)) return "must be " + requirement + ", not " + text;

@@ -103,7 +103,7 @@ int main(int argc, char** argv) {
       ->check(tessera::apps::parsed_by(tessera::comm::parse_backend));
   app.add_flag("--info", info, "print the build configuration first");
 
-  return tessera::apps::run_app(argc, argv, app, [&](tessera::Session& session) {
+  return tessera::apps::run_app(argc, argv, app, tessera::apps::Outputs::None, [&](tessera::Session& session) {
     using tessera::comm::ReduceOp;
     const auto backend = tessera::comm::parse_backend(backend_name);
     auto comm = Communicator::create(backend);
@@ -193,5 +193,5 @@ int main(int argc, char** argv) {
     if (session.rank() == 0)
       std::printf("\n%s\n", demo.failures() == 0 ? "all collectives correct" : "SOME COLLECTIVES WERE WRONG");
     return demo.failures() == 0 ? 0 : 1;
-  }, /*writes_files=*/false);
+  });
 }

@@ -203,16 +203,18 @@ int main(int argc, char** argv) {
       if (!trace_path.empty()) kept += apps::write_trace(trace_path, false);  // every rank stops alike: collective
       if (!save_path.empty()) kept += "; --save '" + save_path + "' was not written";
       throw NonFiniteError(e.message() + kept);
-    } catch (const Error& e) {
-      // Any other failure (a peer that stopped, a file that cannot be read): the same
-      // account of the files, on the ranks that say it (no trace: the ranks may not all be
-      // here to gather one).
+    } catch (const std::exception& e) {
+      // Any other failure (a peer that stopped, a file that cannot be read, memory that ran
+      // out): the same account of the files, on the ranks that say it (no trace: the ranks
+      // may not all be here to gather one).
       if (tty && root && !quiet) std::printf("\n");
       std::string kept;
       if (metrics_file) kept += "; " + metrics_file->abandon();
+      if (!trace_path.empty()) kept += "; --trace '" + trace_path + "' was not written";
       if (!save_path.empty()) kept += "; --save '" + save_path + "' was not written";
       if (kept.empty()) throw;
-      const std::string& message = e.message();
+      const auto* error = dynamic_cast<const Error*>(&e);
+      const std::string message = error != nullptr ? error->message() : e.what();
       throw Error(!message.empty() && message.back() == '.' ? message + " Files: " + kept.substr(2) + "."
                                                             : message + kept);
     }

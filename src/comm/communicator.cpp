@@ -361,6 +361,12 @@ class CommState {
     // posted to completing (the caller's own waits for it are on its step track).
     if (trace::enabled())
       trace::record("transfer", describe(w.op), "comm " + options.name, w.started_at, trace::Clock::now());
+    // A transfer that completed is no peer's counterpart any more (its size would mislead a
+    // later timeout); one that failed stays for the peer's diagnosis.
+    if (!error) {
+      std::uint64_t key = transfer_key(w.op);
+      progress.last_transfer.compare_exchange_strong(key, 0);
+    }
     {
       std::lock_guard<std::mutex> lock(w.mutex);
       w.error = std::move(error);

@@ -102,8 +102,10 @@ void Watchdog::answer_questions(bool registry_locked) {
         reply.last_op = it->second->last_op.load();
         reply.running_seq = it->second->running_seq.load();
         reply.running_op = it->second->running_op.load();
-        reply.last_transfer = it->second->last_transfer.load();
+        // The size belongs to the key only if the key did not change while it was read.
+        const std::uint64_t key = it->second->last_transfer.load();
         reply.last_transfer_bytes = it->second->last_transfer_bytes.load();
+        reply.last_transfer = it->second->last_transfer.load() == key ? key : 0;
       }
       if (reply.running_seq == 0)
         for (const auto& [id, progress] : registry_) {

@@ -39,9 +39,10 @@ struct Progress {
   // While a caller waits for a send or receive (blocking, or its Work): (OpType << 32) |
   // (the peer's world rank + 1); 0 otherwise. Transfers have no collective number.
   std::atomic<std::uint64_t> waiting_transfer{0};
-  // The last send or receive posted on this communicator: (1 for a receive << 63) | (its
-  // tag << 32) | (the peer's world rank + 1), and its bytes; 0 before any. A peer whose
-  // transfer timed out compares it with its own (a send and a receive of different sizes).
+  // The last send or receive posted on this communicator, until it completes: (1 for a
+  // receive << 63) | (its tag << 32) | (the peer's world rank + 1), and its bytes; 0 when
+  // none. A peer whose transfer timed out compares it with its own (a send and a receive of
+  // different sizes). Bytes are stored before the key.
   std::atomic<std::uint64_t> last_transfer{0};
   std::atomic<std::uint64_t> last_transfer_bytes{0};
   // While an op is inside its backend's call: the steady-clock time (ticks) after which it

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <thread>
 
+#include <tessera/core/error.hpp>
+
 #include "core/mpi_check.hpp"
 
 namespace tessera::detail {
@@ -10,6 +12,7 @@ namespace tessera::detail {
 bool wait_all_until(MPI_Request* requests, int count, std::chrono::steady_clock::time_point deadline, bool forever,
                     MPI_Status* statuses, int* code) {
   using Clock = std::chrono::steady_clock;
+  if (code != nullptr && count != 1) throw Error("internal: wait_all_until returns the error code of one request only");
   // The clock is read only once the requests did not complete at once: a fence between
   // ranks that are in step costs no clock reads (each is about 25 ns).
   Clock::time_point start{};

@@ -29,9 +29,10 @@ FenceResult fence(MPI_Comm comm, int rank, int size, std::uint64_t hash, FenceBu
 
 /// Polls the requests until all complete (true) or the deadline passes (false, requests
 /// left pending). Spins briefly, then yields and sleeps, so a rank waiting for a late peer
-/// does not starve the peer's core. With `statuses` and `code`, fills the statuses and puts
-/// in *code, rather than raising it, an error a request ended with (MPI_ERR_IN_STATUS: see
-/// the statuses).
+/// does not starve the peer's core. With `statuses` and `code` (one request only: of
+/// several, some could still be pending beside one that failed), fills the status and puts
+/// in *code, rather than raising it, an error the request ended with (MPI_ERR_IN_STATUS: see
+/// the status).
 bool wait_all_until(MPI_Request* requests, int count, std::chrono::steady_clock::time_point deadline, bool forever,
                     MPI_Status* statuses = MPI_STATUSES_IGNORE, int* code = nullptr);
 

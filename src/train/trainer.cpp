@@ -46,12 +46,14 @@ void TrainConfig::validate(int ranks) const {
   };
   // The ranks first: the model's own checks below advise other sizes (--model.dim divisible
   // by tp, more layers than pp), which would not help where the ranks do not divide.
-  if (ranks > 0 && tp >= 1 && pp >= 1 && ranks % (tp * pp) != 0) {
+  // tp and pp may each be up to 2^30: their product in 64 bits.
+  const long long model_ranks = static_cast<long long>(tp) * pp;
+  if (ranks > 0 && tp >= 1 && pp >= 1 && ranks % model_ranks != 0) {
     const std::string world_ranks = std::to_string(ranks) + (ranks == 1 ? " rank" : " ranks");
     require(false, pp == 1 ? "--parallel.tp " + std::to_string(tp) + " does not divide the " + world_ranks +
                                  " into tensor-parallel groups; choose a divisor of " + std::to_string(ranks)
                            : "--parallel.tp " + std::to_string(tp) + " x --parallel.pp " + std::to_string(pp) + " = " +
-                                 std::to_string(tp * pp) + " ranks per model replica does not divide the " +
+                                 std::to_string(model_ranks) + " ranks per model replica does not divide the " +
                                  world_ranks + "; choose sizes whose product divides " + std::to_string(ranks));
   }
   require(layers >= 1, "--model.layers must be >= 1");
@@ -128,7 +130,8 @@ double TrainConfig::held_parameters(int stage) const {
 TrainConfig::MemoryEstimate TrainConfig::estimate_memory(int ranks, int stage) const {
   const double d = static_cast<double>(dim), f = sizeof(float);
   // The strategies run over the data-parallel ranks; tensor parallelism cuts the replica.
-  const int dp = tp * pp > 1 && ranks % (tp * pp) == 0 ? ranks / (tp * pp) : ranks;
+  const long long model_ranks = static_cast<long long>(tp) * pp;
+  const int dp = model_ranks > 1 && ranks % model_ranks == 0 ? static_cast<int>(ranks / model_ranks) : ranks;
   const double n = std::max(1, dp);
   MemoryEstimate e;
   e.stage = stage;

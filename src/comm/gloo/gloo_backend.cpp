@@ -45,13 +45,16 @@ namespace {
 constexpr std::uint64_t kRingSlotBase = 1ull << 41;
 constexpr std::uint64_t kP2PSlotBase = 1ull << 62;
 
-/// A send's or receive's slot: its tag (below 2^31) and its size in bytes (its low 31 bits).
-/// Gloo ends the process when a message is larger than the receive posted for it (an
-/// exception on its own thread), so the size is part of what matches: a send and a receive
-/// of different sizes never meet, and the receive times out, its peer seen waiting in the
-/// send.
+/// A send's or receive's slot: its tag (below 2^31) and its size in bytes, folded into 31
+/// bits (sizes that differ only above 2 GiB still differ there). Gloo ends the process when
+/// a message is larger than the receive posted for it (an exception on its own thread), so
+/// the size is part of what matches: a send and a receive of different sizes never meet,
+/// and both time out, each told the other's size.
 std::uint64_t p2p_slot(int tag, std::size_t bytes) {
-  return kP2PSlotBase | static_cast<std::uint64_t>(tag) << 31 | (bytes & ((1ull << 31) - 1));
+  constexpr std::uint64_t low31 = (1ull << 31) - 1;
+  const std::uint64_t b = bytes;
+  const std::uint64_t folded = (b ^ (b >> 31) * 0x9e3779b1u ^ (b >> 62) * 0x85ebca6bu) & low31;
+  return kP2PSlotBase | static_cast<std::uint64_t>(tag) << 31 | folded;
 }
 
 std::chrono::milliseconds gloo_timeout(std::chrono::milliseconds t) {

@@ -69,9 +69,9 @@ struct MpiTransfer final : PendingTransfer {
   Arrived arrived() const override {
     if (send) return {};
     if (truncated) return {true, true, 0};
-    int bytes = 0;
-    MPI_Get_count(&status, MPI_BYTE, &bytes);
-    return {bytes != MPI_UNDEFINED, false, static_cast<std::size_t>(bytes)};
+    MPI_Count bytes = 0;  // MPI_Get_count's int would be MPI_UNDEFINED past 2 GiB
+    if (MPI_Get_elements_x(&status, MPI_BYTE, &bytes) != MPI_SUCCESS || bytes == MPI_UNDEFINED) return {};
+    return {true, false, static_cast<std::size_t>(bytes)};
   }
   /// A receive that ended with an error: a send too large for its buffer is remembered, for
   /// arrived(); any other error is raised.
