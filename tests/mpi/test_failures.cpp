@@ -289,55 +289,80 @@ TEST(Timeout, SendToASilentPeerNamesThePeer) {
 // A send and a receive of different sizes (tag 3, rank 0 to rank 1). MPI tells at once on
 // the receiving rank, whose buffer would be filled only in part or refused, and its send
 // completes. Gloo matches on the size, so both time out, each naming the other's size: it
-// used to end the receiving process from its own thread when the send was the larger.
+// used to end the receiving process from its own thread when the send was the larger. The
+// side that posts first (async, before a barrier) has the longer timeout, so that each side
+// asks its peer only after the peer has posted, however loaded the machine.
 TEST(Mismatch, ASendAndAReceiveOfDifferentSizesAreTold) {
   auto& w = world();
   if (w.size() < 2) GTEST_SKIP() << "needs two ranks";
   if (w.backend() == comm::Backend::Nccl) GTEST_SKIP() << "NCCL cannot tell the size a send carried";
   const bool mpi = w.backend() == comm::Backend::Mpi;
+  constexpr auto kFirst = std::chrono::milliseconds(3000), kSecond = std::chrono::milliseconds(1000);
   struct Case {
     std::size_t sent, posted;
-    bool async;
-    std::string receiver_sees;
+    bool receiver_first;  // the receive is posted first (async); else the send is
   };
-  const Case cases[] = {
-      {4, 8, false,
-       mpi ? "carried 16 bytes (4 x float32), where this receive takes 32; a send and its receive must"
-           : "Its last send here, to this rank with tag 3, is of 16 bytes where this recv is of 32"},
-      {8, 4, false,
-       mpi ? "carried more than 16 bytes, where this receive takes 16"
-           : "Its last send here, to this rank with tag 3, is of 32 bytes where this recv is of 16"},
-      {8, 4, true, mpi ? "carried more than 16 bytes, where this receive takes 16" : "is of 32 bytes where this recv"},
-      {4, 8, true, mpi ? "carried 16 bytes (4 x float32), where this receive takes 32" : "is of 16 bytes where this"},
-  };
-  for (const Case& c : cases) {
+  for (const Case c : {Case{4, 8, false}, Case{8, 4, true}}) {
     SCOPED_TRACE("send " + std::to_string(c.sent) + ", receive " + std::to_string(c.posted) +
-                 (c.async ? ", recv_async" : ", recv"));
-    auto sub = breakable("sizes", std::chrono::milliseconds(1500));
+                 (c.receiver_first ? ", the receive first" : ", the send first"));
+    auto sub = breakable("sizes", kSecond);
     std::vector<float> x(8, -1.0f);
-    if (w.rank() == 0) {
-      const std::vector<float> out(c.sent, 2.0f);
-      if (mpi) {
-        EXPECT_NO_THROW(sub->send({out.data(), c.sent}, 1, 3));
-      } else {
-        EXPECT_THROW_WITH(sub->send({out.data(), c.sent}, 1, 3), TimeoutError,
-                          "Its last receive here, from this rank with tag 3, is of " + std::to_string(4 * c.posted) +
-                              " bytes where this send is of " + std::to_string(4 * c.sent));
-      }
-    } else if (w.rank() == 1) {
-      const auto receive = [&] {
-        if (c.async)
-          sub->recv_async({x.data(), c.posted}, 0, 3).wait();
-        else
-          sub->recv({x.data(), c.posted}, 0, 3);
-      };
-      if (mpi)
-        EXPECT_THROW_WITH(receive(), CommError,
+    const std::vector<float> out(c.sent, 2.0f);
+    const bool first = (w.rank() == 1) == c.receiver_first;
+    if (w.rank() < 2 && first) sub->set_timeout(kFirst);
+    const auto send = [&] { return sub->send_async({out.data(), c.sent}, 1, 3); };
+    const auto receive = [&] { return sub->recv_async({x.data(), c.posted}, 0, 3); };
+    comm::Work posted;
+    if (w.rank() < 2 && first) posted = w.rank() == 0 ? send() : receive();
+    w.barrier();
+    if (w.rank() < 2 && !first) posted = w.rank() == 0 ? send() : receive();
+    const std::string mine = std::to_string(4 * (w.rank() == 0 ? c.sent : c.posted)),
+                      theirs = std::to_string(4 * (w.rank() == 0 ? c.posted : c.sent));
+    if (w.rank() < 2 && mpi) {
+      if (w.rank() == 0)
+        EXPECT_NO_THROW(posted.wait());
+      else
+        EXPECT_THROW_WITH(posted.wait(), CommError,
                           "recv (" + std::to_string(c.posted) +
                               " x float32, from rank 0, tag 3) on communicator 'sizes' [mpi, " +
-                              std::to_string(w.size()) + " ranks]: the send it matched " + c.receiver_sees);
-      else
-        EXPECT_THROW_WITH(receive(), TimeoutError, c.receiver_sees);
+                              std::to_string(w.size()) + " ranks]: the send it matched carried " +
+                              (c.sent < c.posted ? "16 bytes (4 x float32), where this receive takes 32"
+                                                 : "more than 16 bytes, where this receive takes 16"));
+    } else if (w.rank() < 2 && !first) {
+      // Gloo: the side that posted second times out first, and names the first's size.
+      EXPECT_THROW_WITH(posted.wait(), TimeoutError,
+                        w.rank() == 0 ? "Its last receive here, from this rank with tag 3, is of " + theirs +
+                                            " bytes where this send is of " + mine
+                                      : "Its last send here, to this rank with tag 3, is of " + theirs +
+                                            " bytes where this recv is of " + mine);
+    } else if (w.rank() < 2) {
+      // The other side's transfer then ends as the failed communicator closes its connections
+      // (or by its own, longer, timeout, on a machine slow enough).
+      try {
+        posted.wait();
+        ADD_FAILURE() << "the transfer completed";
+      } catch (const CommError& e) {
+        const std::string what = e.what();
+        EXPECT_TRUE(what.find("failed: the peer closed its connection, as it does when its communicator fails") !=
+                        std::string::npos ||
+                    what.find("timed out after 3 s") != std::string::npos)
+            << what;
+      }
+    }
+    w.barrier();
+  }
+  // MPI's blocking receive reads the size through another path (the caller's wait).
+  for (const auto& [sent, posted] : {std::pair<std::size_t, std::size_t>{4, 8}, {8, 4}}) {
+    if (!mpi) break;
+    auto sub = breakable("sizes", kFirst);
+    std::vector<float> x(8, -1.0f);
+    const std::vector<float> out(sent, 2.0f);
+    if (w.rank() == 0) {
+      EXPECT_NO_THROW(sub->send({out.data(), sent}, 1, 3));  // small enough to go eagerly
+    } else if (w.rank() == 1) {
+      EXPECT_THROW_WITH(sub->recv({x.data(), posted}, 0, 3), CommError,
+                        sent < posted ? "carried 16 bytes (4 x float32), where this receive takes 32"
+                                      : "carried more than 16 bytes, where this receive takes 16");
     }
     w.barrier();
   }

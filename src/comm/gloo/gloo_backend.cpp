@@ -231,6 +231,7 @@ ReduceFn reduce_function(ReduceOp op) {
 struct GlooTransfer final : PendingTransfer {
   std::unique_ptr<gloo::transport::UnboundBuffer> buffer;
   bool send = true;
+  std::string op;  // describe(op), for its errors
   std::future<void> done;
 
   void start(std::chrono::milliseconds timeout) {
@@ -244,6 +245,13 @@ struct GlooTransfer final : PendingTransfer {
         if (std::strstr(e.what(), "Timed out") != nullptr)
           throw DeadlineExceeded{send ? "in gloo send, waiting for the receiver"
                                       : "in gloo recv, waiting for the sender"};
+        // The peer's communicator failed (a timeout or an error there closes its connections)
+        // or its process ended: said so, beside Gloo's own words.
+        if (std::strstr(e.what(), "Connection closed by peer") != nullptr)
+          throw CommError(op + " failed: the peer closed its connection, as it does when its communicator fails " +
+                              "(a timeout or an error there, which it reports) or its process ends (gloo: " + e.what() +
+                              ")",
+                          __FILE__, __LINE__);
         throw CommError(std::string("gloo ") + (send ? "send" : "recv") + " failed: " + e.what(), __FILE__, __LINE__);
       } catch (const gloo::Exception& e) {
         throw CommError(std::string("gloo ") + (send ? "send" : "recv") + " failed: " + e.what(), __FILE__, __LINE__);
@@ -298,6 +306,7 @@ class GlooBackend final : public Backend {
   std::unique_ptr<PendingTransfer> post(const Op& op, const Deadline& deadline) override {
     auto pending = std::make_unique<GlooTransfer>();
     pending->send = op.type == OpType::Send;
+    pending->op = describe(op);
     const std::size_t bytes = op.count * dtype_size(op.dtype);
     const std::uint64_t slot = p2p_slot(op.tag, bytes);
     try {
