@@ -38,8 +38,8 @@ double median(std::vector<double> v) {
 int main(int argc, char** argv) {
   CLI::App app{
       "Per-step breakdown of training with any layout (DDP, ZeRO 1-3, tensor and pipeline parallelism): time, "
-      "memory and traffic, and the step against its GEMMs alone. Takes tessera-train's model, data, training, "
-      "parallel and communication flags.",
+      "memory and traffic, and the step against its GEMMs alone. Takes tessera-train's flags that say what a step "
+      "is (training, model, optimizer, data, parallelism, ZeRO, communication), not those of its output.",
       "mpiexec -n N tessera-bench-train"};
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   tessera::apps::TrainFlags flags;
