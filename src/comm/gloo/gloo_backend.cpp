@@ -49,7 +49,7 @@ constexpr std::uint64_t kP2PSlotBase = 1ull << 62;
 /// bits (sizes that differ only above 2 GiB still differ there). Gloo ends the process when
 /// a message is larger than the receive posted for it (an exception on its own thread), so
 /// the size is part of what matches: a send and a receive of different sizes never meet,
-/// and both time out, each told the other's size.
+/// and the side that times out first is told the other's size.
 std::uint64_t p2p_slot(int tag, std::size_t bytes) {
   constexpr std::uint64_t low31 = (1ull << 31) - 1;
   const std::uint64_t b = bytes;
