@@ -275,7 +275,6 @@ struct ForeignFlag {
   std::array<const char*, 2> accepted;  // values that change nothing here (none: nullptr)
   const char* what;                     // what it does in nccl-tests
   const char* instead;                  // why it has no counterpart, and what to do
-  std::string flag() const { return std::string(names).substr(0, std::string(names).find(',')); }
   /// The accepted values as "a or b", empty where there are none.
   std::string accepted_text() const {
     std::string text;
