@@ -422,7 +422,6 @@ int main(int argc, char** argv) {
   bool noise_floor = false;
   std::optional<double> min_busbw, min_ratio, timeout_s;
   std::optional<std::string> step_bytes;
-  std::vector<std::optional<std::string>> foreign(std::size(kForeignFlags));
   const auto size = apps::parsed_by([](const std::string& text) { return parse_size("", text); });
   app.add_option("-b,--minbytes", min_bytes, "smallest size in bytes; K, M and G suffixes")
       ->capture_default_str()
@@ -484,11 +483,11 @@ int main(int argc, char** argv) {
                "time the raw call in place of Tessera too (an A/A run): the spread of its ratio around 1 is the "
                "smallest difference this machine can resolve");
   for (std::size_t i = 0; i < std::size(kForeignFlags); ++i)
-    app.add_option(kForeignFlags[i].names, foreign[i],
-                   std::string("nccl-tests' ") + kForeignFlags[i].what +
-                       (kForeignFlags[i].accepted_text().empty()
-                            ? std::string("; not offered here")
-                            : "; accepted here only as " + kForeignFlags[i].accepted_text()))
+    app.add_option(kForeignFlags[i].names)
+        ->description(std::string("nccl-tests' ") + kForeignFlags[i].what +
+                      (kForeignFlags[i].accepted_text().empty()
+                           ? std::string("; not offered here")
+                           : "; accepted here only as " + kForeignFlags[i].accepted_text()))
         ->check(foreign_flag_check(kForeignFlags[i]))
         ->group("nccl-tests options with no counterpart here");
 

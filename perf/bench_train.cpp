@@ -418,8 +418,7 @@ int main(int argc, char** argv) {
     if (session.rank() == 0) {
       std::printf(
           "# tessera-bench-train: %d rank%s (%s, %s, layout %s), MLP %zu x %zu, global batch %lld, %s%s, grads %s, "
-          "%d "
-          "step%s, BLAS threads %s per rank%s\n",
+          "%d step%s, BLAS threads %s per rank%s\n",
           comm->size(), comm->size() == 1 ? "" : "s", comm::backend_name(comm->backend()), trainer.strategy().name(),
           layout.substr(0, layout.find(':')).c_str(),  // "dp 1 x tp 1 x pp 2", not its groups
           c.layers, c.dim, static_cast<long long>(c.global_batch), c.optimizer.c_str(),
