@@ -104,8 +104,10 @@ TEST(Steady, DescriptorsThreadsAndMemoryStayFlatOverThousandsOfOps) {
 
   std::printf("rank %d: fds %d -> %d, threads %d -> %d, resident %ld -> %ld KiB over %d rounds\n", c.rank(), before.fds,
               after.fds, before.threads, after.threads, before.rss_kib, after.rss_kib, rounds);
-  EXPECT_EQ(after.fds, before.fds) << "file descriptors leaked";
-  EXPECT_EQ(after.threads, before.threads) << "threads leaked";
+  // Growth is a leak; a count may fall, where a descriptor opened before the window is
+  // closed inside it: on an H100 node one Gloo rank went from 52 descriptors to 51.
+  EXPECT_LE(after.fds, before.fds) << "file descriptors leaked";
+  EXPECT_LE(after.threads, before.threads) << "threads leaked";
   // Allocator noise is a few pages; a leak of even one small object per op would be
   // 3000+ allocations over the window.
   EXPECT_LE(after.rss_kib - before.rss_kib, 1024) << "resident memory grew";
