@@ -76,7 +76,8 @@ int main(int argc, char** argv) {
   };
   for (const auto& [name, instead] : train_only)
     app.add_option_function<std::string>(name, refuse(name, instead))->group("");
-  app.add_flag_callback("--quiet", refuse("--quiet", "this benchmark prints no progress, only its summary"))->group("");
+  // Refused whatever its value: --quiet=false is as much a tessera-train flag as --quiet.
+  app.add_flag_function("--quiet", refuse("--quiet", "this benchmark prints no progress, only its summary"))->group("");
 
   return tessera::apps::run_app(argc, argv, app, tessera::apps::Outputs::AtEnd, [&](tessera::Session& session) {
     using namespace tessera;
