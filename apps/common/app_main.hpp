@@ -189,6 +189,7 @@ inline int run_app(int argc, char** argv, CLI::App& app, Outputs outputs, const 
       std::vector<std::string> args = expand_config(static_cast<int>(app_argv.size()), app_argv.data(), app, config);
       std::reverse(args.begin() + 1, args.end());  // CLI11 takes the remaining args reversed
       args.erase(args.begin());
+      validate_kept_values_only(app);  // only the value kept is judged
       app.parse(args);
     } catch (const CLI::ParseError& e) {
       if (e.get_exit_code() == 0) return session.rank() == 0 ? app.exit(e) : 0;  // --help

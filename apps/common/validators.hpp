@@ -123,4 +123,22 @@ CLI::Validator parsed_by(Parse parse) {
       "");
 }
 
+/// For every single-value option of `app` that keeps the last of several values (TakeLast),
+/// its validators judge only that last value: CLI11 otherwise checks every value given, so
+/// `-g 2 -g 1` was refused for the 2 it then drops. (CLI11 numbers the dropped values below
+/// 0; a validator applied to index 0 skips them.)
+inline void validate_kept_values_only(CLI::App& app) {
+  for (CLI::Option* option : app.get_options({})) {
+    if (option->get_multi_option_policy() != CLI::MultiOptionPolicy::TakeLast || option->get_items_expected_max() != 1)
+      continue;
+    for (int i = 0;; ++i) {
+      try {
+        option->get_validator(i)->application_index(0);
+      } catch (const CLI::OptionNotFound&) {
+        break;
+      }
+    }
+  }
+}
+
 }  // namespace tessera::apps
