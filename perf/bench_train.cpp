@@ -417,20 +417,29 @@ int main(int argc, char** argv) {
                             {"copy_speed_step_s_per_rank", copy_speed_steps}};
     };
     if (session.rank() == 0) {
+      // Where the GEMMs run: a GPU build's are cuBLAS's on the rank's GPU, a host build's the
+      // BLAS's threads.
+      const std::string where =
+          !session.gpu().empty()
+              ? (comm->size() == 1 ? "on " : "rank 0 on ") + session.gpu() +
+                    (session.ranks_on_gpu() > 1 ? ", shared by " + std::to_string(session.ranks_on_gpu()) + " ranks"
+                                                : "")
+              : "BLAS threads " +
+                    (host_threads().threads > 0 ? std::to_string(host_threads().threads) : std::string("?")) +
+                    " per rank" +
+                    (host_threads().kokkos_threads > 0
+                         ? ", Kokkos " + host_threads().kokkos_backend + " " +
+                               std::to_string(host_threads().kokkos_threads) +
+                               (host_threads().kokkos_reason.empty() ? "" : " (" + host_threads().kokkos_reason + ")")
+                         : "");
       std::printf(
           "# tessera-bench-train: %d rank%s (%s, %s, layout %s), MLP %zu x %zu, global batch %lld, %s%s, grads %s, "
-          "%d step%s, BLAS threads %s per rank%s\n",
+          "%d step%s, %s\n",
           comm->size(), comm->size() == 1 ? "" : "s", comm::backend_name(comm->backend()), trainer.strategy().name(),
           layout.substr(0, layout.find(':')).c_str(),  // "dp 1 x tp 1 x pp 2", not its groups
           c.layers, c.dim, static_cast<long long>(c.global_batch), c.optimizer.c_str(),
           c.overlap_optimizer ? " overlapped with communication" : " after communication", dtype_name(c.ddp.grad_dtype),
-          steps, steps == 1 ? "" : "s",
-          host_threads().threads > 0 ? std::to_string(host_threads().threads).c_str() : "?",
-          host_threads().kokkos_threads > 0
-              ? (", Kokkos " + host_threads().kokkos_backend + " " + std::to_string(host_threads().kokkos_threads) +
-                 (host_threads().kokkos_reason.empty() ? "" : " (" + host_threads().kokkos_reason + ")"))
-                    .c_str()
-              : "");
+          steps, steps == 1 ? "" : "s", where.c_str());
       const auto bias_counts = kernels::gemm_bias_counts();
       if (kernels::gemm_bias_epilogue_requested())
         std::printf(
@@ -509,6 +518,10 @@ int main(int argc, char** argv) {
               {"tessera", info.tessera_version},
               {"kokkos", info.kokkos_version},
               {"kokkos_space", info.kokkos_space},
+              // Rank 0's GPU and the ranks of its node that share it (null: host memory).
+              {"gpu", session.gpu_name().empty() ? nlohmann::json(nullptr) : nlohmann::json(session.gpu_name())},
+              {"ranks_per_gpu",
+               session.ranks_on_gpu() > 0 ? nlohmann::json(session.ranks_on_gpu()) : nlohmann::json(nullptr)},
               // Threads per rank: the BLAS's (0: a BLAS Tessera cannot set) and why, and Kokkos'
               // own host threads where its host backend is threaded (null: it is not).
               {"blas_threads", host_threads().threads},

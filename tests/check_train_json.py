@@ -95,5 +95,11 @@ if not any(v in machine["blas_threads_reason"] for v in ("OPENBLAS_NUM_THREADS",
     # Tessera's own choice: the node's cores shared by its ranks (this check runs them on one node).
     assert machine["blas_threads"] == max(1, min(os.cpu_count(), machine["cores"] // machine["ranks"])) or \
         "bound to this rank" in machine["blas_threads_reason"], machine
+# A GPU build names rank 0's GPU and how many ranks share it; a host build names none.
+if machine["kokkos_space"] == "Cuda":
+    assert isinstance(machine["gpu"], str) and machine["gpu"], machine
+    assert isinstance(machine["ranks_per_gpu"], int) and 1 <= machine["ranks_per_gpu"] <= machine["ranks"], machine
+else:
+    assert machine["gpu"] is None and machine["ranks_per_gpu"] is None, machine
 print(f"ok: {d['config']['strategy']} step {m['step'] * 1e3:.2f} ms, step/GEMMs {d['step_over_gemm']:.2f}, "
       f"model state {b['model_state'] / 2**20:.2f} MiB")

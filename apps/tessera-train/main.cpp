@@ -124,19 +124,25 @@ int main(int argc, char** argv) {
       strategy += c.ddp.overlap_backward == parallel::BackwardOverlap::Off
                       ? ", buckets reduced after backward"
                       : ", buckets reduced after backward: one core per rank";
+    // Where the GEMMs run: a GPU build's are cuBLAS's on the rank's GPU, a host build's the
+    // BLAS's threads.
+    const std::string where =
+        !session.gpu().empty()
+            ? (comm->size() == 1 ? "on " : "rank 0 on ") + session.gpu() +
+                  (session.ranks_on_gpu() > 1 ? ", shared by " + std::to_string(session.ranks_on_gpu()) + " ranks" : "")
+            : "BLAS threads " + (blas.threads > 0 ? std::to_string(blas.threads) : std::string("?")) + " per rank (" +
+                  blas.reason + ")" +
+                  (blas.kokkos_threads > 0
+                       ? ", Kokkos " + blas.kokkos_backend + " threads " + std::to_string(blas.kokkos_threads) +
+                             " per rank" + (blas.kokkos_reason.empty() ? "" : " (" + blas.kokkos_reason + ")")
+                       : "");
     if (root && !quiet)
       std::printf(
-          "tessera-train: %d rank%s (%s, %s), MLP %zu x %zu (%zu parameters), %s, %s, batch %lld x %lld step%s, "
-          "BLAS threads %s per rank (%s)%s\n",
+          "tessera-train: %d rank%s (%s, %s), MLP %zu x %zu (%zu parameters), %s, %s, batch %lld x %lld step%s, %s\n",
           comm->size(), comm->size() == 1 ? "" : "s", comm::backend_name(comm->backend()), strategy.c_str(), c.layers,
           c.dim, c.layers * (c.dim * c.dim + c.dim), trainer.dataset().describe().c_str(), c.optimizer.c_str(),
           static_cast<long long>(c.global_batch), static_cast<long long>(c.steps), c.steps == 1 ? "" : "s",
-          blas.threads > 0 ? std::to_string(blas.threads).c_str() : "?", blas.reason.c_str(),
-          blas.kokkos_threads > 0
-              ? (", Kokkos " + blas.kokkos_backend + " threads " + std::to_string(blas.kokkos_threads) + " per rank" +
-                 (blas.kokkos_reason.empty() ? "" : " (" + blas.kokkos_reason + ")"))
-                    .c_str()
-              : "");
+          where.c_str());
     double first_loss = 0, last_loss = 0, elapsed = 0;
     // The verdict at the end compares the mean loss of the first and of the last few steps:
     // each step's batch differs, so one step's loss against another's is partly noise.

@@ -23,6 +23,9 @@ std::pair<double, int> device_free_bytes() noexcept;
 /// The PCI bus id of CUDA device `device` ("0000:41:00.0"): one physical GPU has one,
 /// whatever CUDA_VISIBLE_DEVICES numbers it. Empty without CUDA or when it cannot be asked.
 std::string device_pci_bus_id(int device) noexcept;
+/// The product name of CUDA device `device` ("NVIDIA H100 80GB HBM3"); empty without CUDA or
+/// when it cannot be asked.
+std::string device_name(int device) noexcept;
 /// Copies `bytes` from `src` (in memory `from`) to `dst` (in memory `to`); returns when done.
 /// The copy waits for no kernel: whatever wrote `src` must have been waited for (a device
 /// buffer an op reads is, in Communicator::submit).

@@ -39,6 +39,15 @@ std::string device_pci_bus_id(int device) noexcept {
   return id;
 }
 
+std::string device_name(int device) noexcept {
+  cudaDeviceProp prop{};
+  if (device < 0 || cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
+    cudaGetLastError();
+    return {};
+  }
+  return prop.name;
+}
+
 std::pair<double, int> device_free_bytes() noexcept {
   std::size_t free = 0, total = 0;
   int devices = 0;

@@ -23,6 +23,7 @@ namespace {
 int current_device() noexcept { return -1; }
 std::pair<double, int> device_free_bytes() noexcept { return {0, 0}; }
 std::string device_pci_bus_id(int) noexcept { return {}; }
+std::string device_name(int) noexcept { return {}; }
 void set_device(int) {}
 void copy_bytes(void* dst, MemoryKind to, const void* src, MemoryKind from, std::size_t bytes) {
   if (to == MemoryKind::Device || from == MemoryKind::Device) no_device();

@@ -246,16 +246,21 @@ void Session::start_runtimes(int* argc, char*** argv) {
   if (memory_kind_of_space<DeviceMemorySpace>() == MemoryKind::Device) {
     // Kokkos has chosen this rank's GPU: which ranks of the node chose the same one.
 #ifdef KOKKOS_ENABLE_CUDA
-    const std::string gpu = detail::device_pci_bus_id(Kokkos::DefaultExecutionSpace().cuda_device());
-#else
-    const std::string gpu;
+    gpu_id_ = Kokkos::DefaultExecutionSpace().cuda_device();
 #endif
+    const std::string gpu = detail::device_pci_bus_id(gpu_id_);
+    gpu_name_ = detail::device_name(gpu_id_);
     const auto share = detail::share_on_node(MPI_COMM_WORLD, gpu);
     ranks_on_gpu_ = gpu.empty() ? 0 : share.same;
   }
   const char* yield = std::getenv("OMPI_MCA_mpi_yield_when_idle");
   detail::logger().debug("session started: {} ranks, CUDA-aware MPI: {}, Open MPI yields while it waits: {}", size_,
                          cuda_aware_mpi_, yield != nullptr && std::string(yield) == "1" ? "yes" : "no");
+}
+
+std::string Session::gpu() const {
+  if (gpu_id_ < 0) return {};
+  return "GPU " + std::to_string(gpu_id_) + (gpu_name_.empty() ? "" : " (" + gpu_name_ + ")");
 }
 
 Session::~Session() {

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <functional>
+#include <string>
 
 namespace tessera {
 
@@ -37,6 +38,14 @@ class Session {
   /// apart by PCI bus id, so also when each rank sees only its own through
   /// CUDA_VISIBLE_DEVICES); 0 when data lives in host memory or the GPU could not be asked.
   int ranks_on_gpu() const noexcept { return ranks_on_gpu_; }
+  /// This rank's GPU as CUDA numbers it here (after CUDA_VISIBLE_DEVICES), or -1 when data
+  /// lives in host memory.
+  int gpu_id() const noexcept { return gpu_id_; }
+  /// Its product name ("NVIDIA H100 80GB HBM3"); empty when data lives in host memory or the
+  /// GPU could not be asked.
+  const std::string& gpu_name() const noexcept { return gpu_name_; }
+  /// "GPU 0 (NVIDIA H100 80GB HBM3)", or empty when data lives in host memory.
+  std::string gpu() const;
   /// True when the MPI library reports CUDA-aware support (probed at start).
   bool cuda_aware_mpi() const noexcept { return cuda_aware_mpi_; }
 
@@ -65,6 +74,8 @@ class Session {
   int local_size_ = 1;
   int cores_ = 1;
   int ranks_on_gpu_ = 0;
+  int gpu_id_ = -1;
+  std::string gpu_name_;
   bool cuda_aware_mpi_ = false;
 };
 
