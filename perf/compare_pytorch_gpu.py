@@ -155,6 +155,14 @@ def check_before_running(p, args):
                  f"False): run it where there is one, with a PyTorch built for CUDA")
 
 
+def other_gpu_note(tessera_gpu, torch_gpu):
+    """A note where the two sides ran on different kinds of GPU, else None."""
+    if tessera_gpu == torch_gpu:
+        return None
+    return (f"note: Tessera ran on {tessera_gpu!r} and PyTorch on {torch_gpu!r}: the ratios compare two GPUs "
+            f"(give both the same one, e.g. with CUDA_VISIBLE_DEVICES)")
+
+
 class ArgumentHelp(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
     """--help prints the module's whole description as written, and every option's default."""
 
@@ -196,8 +204,11 @@ def main():
         rounds.append(this_round)
     tessera = best[variants[0]]
     m = tessera["median_s"]
+    # Both sides must have run on the same kind of GPU for the ratios to mean anything.
+    tessera_gpu = tessera.get("machine", {}).get("gpu")
     out = {
         "gpu": gpu,
+        "tessera_gpu": tessera_gpu,
         "model": {"layers": args.layers, "dim": args.dim, "batch": args.batch, "dtype": "float32", "tf32": False},
         "tessera": tessera,
         "pytorch": {"framework": framework, "optimizer": "AdamW(fused=True)", "median_step_s": torch_best,
@@ -228,6 +239,9 @@ def main():
                 f"after the GEMM in {c.get('gemm_bias_separate')}")
 
     print(f"{gpu}: MLP {args.layers} x {args.dim}, batch {args.batch}, fp32 (TF32 off)")
+    note = other_gpu_note(tessera_gpu, gpu)
+    if note:
+        print(f"  {note}")
     print(f"  Tessera step {m['step'] * 1e3:.2f} ms, {bias_way(tessera)} (its GEMMs alone "
           f"{m['gemm_only'] * 1e3:.2f} ms, optimizer alone {m['optimizer_only'] * 1e3:.2f} ms)")
     if "tessera_bias_after" in out:

@@ -22,6 +22,12 @@ if expected_sizes is not None:
         sizes = [r["bytes"] for r in data["results"] if r["op"] == op and r["backend"] == data["results"][0]["backend"]]
         assert sizes == expected_sizes, f"{op}: sizes {sizes}, expected {expected_sizes}"
 assert data["machine"]["ranks"] == ranks, data["machine"]
+# A GPU build names rank 0's GPU and how many ranks share it; a host build names none.
+if data["machine"]["kokkos_space"] == "Cuda":
+    assert isinstance(data["machine"]["gpu"], str) and data["machine"]["gpu"], data["machine"]
+    assert 1 <= data["machine"]["ranks_per_gpu"] <= ranks, data["machine"]
+else:
+    assert data["machine"]["gpu"] is None and data["machine"]["ranks_per_gpu"] is None, data["machine"]
 rows = data["results"]
 assert rows, "no results"
 factor = {"all_reduce": 2 * (ranks - 1) / ranks, "all_gather": (ranks - 1) / ranks,

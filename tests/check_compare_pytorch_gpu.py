@@ -6,7 +6,8 @@ With a tessera-bench-train as well, its runs with the Linear biases after the GE
 the epilogue must set TESSERA_GEMM_BIAS_EPILOGUE as asked, and the benchmark must report
 which way its biases went (on the host: all after the GEMM, the epilogue being cuBLASLt's);
 with the variable unset (even where the caller's environment sets it), the build's default:
-the epilogue in a CUDA build, none in a host build.
+the epilogue in a CUDA build, none in a host build. The benchmark names its GPU (none on a
+host build), and a Tessera GPU other than PyTorch's is said to be.
 
 Usage: python3 tests/check_compare_pytorch_gpu.py perf/compare_pytorch_gpu.py [tessera-bench-train]
 """
@@ -52,13 +53,24 @@ if calls != one_step * (steps + warmup):
 if not seconds > 0:
     problems.append(f"median time {seconds}")
 
+# The two sides on different kinds of GPU are said to be; on the same, nothing is said.
+if compare.other_gpu_note("NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3") is not None:
+    problems.append("a note for the same GPU on both sides")
+note = compare.other_gpu_note("NVIDIA H200", "NVIDIA H100 80GB HBM3") or ""
+if "'NVIDIA H200'" not in note or "'NVIDIA H100 80GB HBM3'" not in note:
+    problems.append(f"two GPUs, note {note!r}")
+
 bias_ways = ""
 if len(sys.argv) > 2:
     run = types.SimpleNamespace(bench=sys.argv[2], layers=2, dim=16, batch=8, steps=3, warmup=1, quiet=True)
     # tessera_run must unset it for the default: left at 1, a host build would report it requested.
     os.environ["TESSERA_GEMM_BIAS_EPILOGUE"] = "1"
     for epilogue in (False, True, None):
-        config = compare.tessera_run(run, epilogue)["config"]
+        result = compare.tessera_run(run, epilogue)
+        config = result["config"]
+        # What the comparison holds PyTorch's GPU against: a GPU build's name, none on a host.
+        if (result["machine"]["gpu"] is not None) != (config["memory"] == "device"):
+            problems.append(f"machine.gpu {result['machine']['gpu']!r} with {config['memory']} memory")
         got = (config["gemm_bias_epilogue_requested"], config["gemm_bias_in_epilogue"] > 0,
                config["gemm_bias_separate"] > 0)
         device = config["memory"] == "device"
