@@ -159,6 +159,9 @@ def other_gpu_note(tessera_gpu, torch_gpu):
     """A note where the two sides ran on different kinds of GPU, else None."""
     if tessera_gpu == torch_gpu:
         return None
+    if tessera_gpu is None:
+        return (f"note: the benchmark did not name its GPU (a build older than its machine.gpu), so it cannot be "
+                f"told whether Tessera ran on PyTorch's {torch_gpu!r}")
     return (f"note: Tessera ran on {tessera_gpu!r} and PyTorch on {torch_gpu!r}: the ratios compare two GPUs "
             f"(give both the same one, e.g. with CUDA_VISIBLE_DEVICES)")
 

@@ -59,6 +59,8 @@ if compare.other_gpu_note("NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3") is n
 note = compare.other_gpu_note("NVIDIA H200", "NVIDIA H100 80GB HBM3") or ""
 if "'NVIDIA H200'" not in note or "'NVIDIA H100 80GB HBM3'" not in note:
     problems.append(f"two GPUs, note {note!r}")
+if "did not name its GPU" not in (compare.other_gpu_note(None, "NVIDIA H100 80GB HBM3") or ""):
+    problems.append("no note where the benchmark names no GPU")
 
 bias_ways = ""
 if len(sys.argv) > 2:

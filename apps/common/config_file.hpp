@@ -6,6 +6,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -142,11 +143,13 @@ inline std::vector<std::string> expand_config(int argc, char** argv, const CLI::
     for (const auto& p : item.parents) key += p + ".";
     key += item.name;
     bool known = false, flag = false;
+    const CLI::Option* option = nullptr;
     for (const CLI::Option* opt : app.get_options())
       for (const auto& name : opt->get_lnames())
         if (name == key) {
           known = true;
           flag = opt->get_items_expected_max() == 0;
+          option = opt;
         }
     if (!known || key == "config") {
       const std::string near = key == "config" ? std::string() : closest_option(app, key);
@@ -156,7 +159,12 @@ inline std::vector<std::string> expand_config(int argc, char** argv, const CLI::
                         ": unknown setting '" + key + "'" +
                         (near.empty() ? " (run with --help for the options)" : "; did you mean '" + near + "'?"));
     }
-    source.options.push_back("--" + key);
+    // The file is blamed for what is wrong with its value only where the command line, whose
+    // value would be kept (and checked) instead, does not give the option too.
+    const bool on_command_line = std::any_of(args.begin() + 1, args.end(), [&](const std::string& a) {
+      return a.size() > 1 && a[0] == '-' && option->check_name(a.substr(0, a.find('=')));
+    });
+    if (!on_command_line) source.options.push_back("--" + key);
     // A flag takes its value after '=' ("quiet = true" is --quiet=true): given apart, the
     // value would be read as a stray argument.
     if (flag && item.inputs.size() == 1) {
