@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "../apps/common/app_main.hpp"
+#include "../apps/common/machine_json.hpp"
 #include "raw_baseline.hpp"
 
 namespace {
@@ -538,22 +539,8 @@ int main(int argc, char** argv) {
     const int p = session.size();
     const bool leader = session.rank() == 0;
 
-    char host[256] = {};
-    gethostname(host, sizeof host - 1);
-    const auto info = tessera::build_info();
     nlohmann::json out;
-    out["machine"] = {
-        {"hostname", host},
-        {"ranks", p},
-        {"cores", sysconf(_SC_NPROCESSORS_ONLN)},
-        {"mpi", info.mpi_library},
-        {"tessera", info.tessera_version},
-        {"kokkos", info.kokkos_version},
-        {"kokkos_space", info.kokkos_space},
-        // Rank 0's GPU and the ranks of its node that share it (null: host memory).
-        {"gpu", session.gpu_name().empty() ? nlohmann::json(nullptr) : nlohmann::json(session.gpu_name())},
-        {"ranks_per_gpu",
-         session.ranks_on_gpu() > 0 ? nlohmann::json(session.ranks_on_gpu()) : nlohmann::json(nullptr)}};
+    out["machine"] = apps::machine_json(session);
     // -T: how long any one call may take (TESSERA_COMM_TIMEOUT's, or 10 minutes, without it).
     comm::CommOptions comm_options = comm::CommOptions::from_env();
     if (timeout_s) comm_options.timeout = comm::CommOptions::timeout_from_seconds(*timeout_s);  // as the variable

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "../apps/common/app_main.hpp"
+#include "../apps/common/machine_json.hpp"
 #include "../apps/common/train_flags.hpp"
 #include "kernels/gemm.hpp"
 
@@ -505,30 +506,17 @@ int main(int argc, char** argv) {
       std::printf("  per rank (most):   model state %.1f MiB, working buffers %.1f MiB, peak resident %.1f MiB, %s\n",
                   mib(bytes[0]), mib(bytes[1]), mib(bytes[2]), sent.c_str());
       if (!json_path.empty()) {
-        char host[256] = {};
-        gethostname(host, sizeof host - 1);
-        const auto info = tessera::build_info();
+        nlohmann::json machine = apps::machine_json(session);
+        // Threads per rank: the BLAS's (0: a BLAS Tessera cannot set) and why, and Kokkos' own
+        // host threads where its host backend is threaded (null: it is not).
+        machine["blas_threads"] = host_threads().threads;
+        machine["blas_threads_reason"] = host_threads().reason;
+        machine["kokkos_host_threads"] =
+            host_threads().kokkos_threads > 0 ? nlohmann::json(host_threads().kokkos_threads) : nlohmann::json(nullptr);
+        machine["kokkos_host_threads_reason"] = host_threads().kokkos_reason;
         nlohmann::json out = {
             {"started_utc", started_utc},
-            {"machine",
-             {{"hostname", host},
-              {"ranks", comm->size()},
-              {"cores", sysconf(_SC_NPROCESSORS_ONLN)},
-              {"mpi", info.mpi_library},
-              {"tessera", info.tessera_version},
-              {"kokkos", info.kokkos_version},
-              {"kokkos_space", info.kokkos_space},
-              // Rank 0's GPU and the ranks of its node that share it (null: host memory).
-              {"gpu", session.gpu_name().empty() ? nlohmann::json(nullptr) : nlohmann::json(session.gpu_name())},
-              {"ranks_per_gpu",
-               session.ranks_on_gpu() > 0 ? nlohmann::json(session.ranks_on_gpu()) : nlohmann::json(nullptr)},
-              // Threads per rank: the BLAS's (0: a BLAS Tessera cannot set) and why, and Kokkos'
-              // own host threads where its host backend is threaded (null: it is not).
-              {"blas_threads", host_threads().threads},
-              {"blas_threads_reason", host_threads().reason},
-              {"kokkos_host_threads", host_threads().kokkos_threads > 0 ? nlohmann::json(host_threads().kokkos_threads)
-                                                                        : nlohmann::json(nullptr)},
-              {"kokkos_host_threads_reason", host_threads().kokkos_reason}}},
+            {"machine", machine},
             {"config",
              {{"layers", c.layers},
               {"dim", c.dim},
