@@ -11,9 +11,9 @@
 # 1. the whole test suite: every test on the GPU, the collective tests with host and
 #    device buffers on MPI, Gloo and NCCL (NCCL on one rank per GPU; configure with
 #    -DTESSERA_TEST_GPUS=N to run it on N ranks);
-# 2. the apps: tessera-train on one GPU (auto picks NCCL) and on 2 ranks sharing it (auto
-#    picks MPI, which stages device buffers through host memory), tessera-collectives on
-#    NCCL and on MPI;
+# 2. the apps: tessera-train on one GPU (auto picks NCCL) and on 2 ranks sharing the first
+#    visible one (auto picks MPI, which stages device buffers through host memory unless it
+#    is a CUDA-aware Open MPI), tessera-collectives on NCCL and on MPI;
 # 3. where PyTorch is importable, perf/compare_pytorch_gpu.py: Tessera beside PyTorch eager
 #    on the same model (JSON in perf/results/).
 # Prints a summary and exits non-zero when anything failed.
@@ -76,7 +76,10 @@ fi
 
 step "tessera-train, 1 GPU" sh -c "'$train' --train.steps 100 --metrics '$out/gpu_train_1.jsonl' &&
   '$py' '$root/tests/check_train_metrics.py' '$out/gpu_train_1.jsonl' 100 10"
-step "tessera-train, 2 ranks on one GPU" sh -c "${mpirun[*]} -n 2 '$train' --train.steps 30 --metrics '$out/gpu_train_2.jsonl' &&
+# Both ranks are shown the same GPU (the first visible one), on a node with several GPUs too.
+one_gpu=${CUDA_VISIBLE_DEVICES:-0}
+one_gpu=${one_gpu%%,*}
+step "tessera-train, 2 ranks on one GPU" sh -c "CUDA_VISIBLE_DEVICES=$one_gpu ${mpirun[*]} -n 2 '$train' --train.steps 30 --metrics '$out/gpu_train_2.jsonl' &&
   '$py' '$root/tests/check_train_metrics.py' '$out/gpu_train_2.jsonl' 30 2"
 step "tessera-collectives, nccl" "$demo" --backend nccl
 step "tessera-collectives, 2 ranks mpi" "${mpirun[@]}" -n 2 "$demo" --backend mpi

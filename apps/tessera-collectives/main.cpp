@@ -97,7 +97,7 @@ int main(int argc, char** argv) {
   std::string backend_name = "auto";  // as tessera-train: NCCL where every rank has a GPU, else MPI
   bool info = false;
   app.add_option("--backend", backend_name,
-                 "communication backend; auto: NCCL when every rank has a GPU of its own, else MPI")
+                 "communication backend; auto: NCCL in a GPU build where every rank has a GPU of its own, else MPI")
       ->capture_default_str()
       ->option_text("{auto,mpi,gloo,nccl}")
       ->check(tessera::apps::parsed_by(tessera::comm::parse_backend));
