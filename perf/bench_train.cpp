@@ -420,11 +420,10 @@ int main(int argc, char** argv) {
     if (session.rank() == 0) {
       // Where the GEMMs run: a GPU build's are cuBLAS's on the rank's GPU, a host build's the
       // BLAS's threads.
+      const std::string gpu = apps::gpu_placement(session);
       const std::string where =
-          !session.gpu().empty()
-              ? (comm->size() == 1 ? "on " : "rank 0 on ") + session.gpu() +
-                    (session.ranks_on_gpu() > 1 ? ", shared by " + std::to_string(session.ranks_on_gpu()) + " ranks"
-                                                : "")
+          !gpu.empty()
+              ? gpu
               : "BLAS threads " +
                     (host_threads().threads > 0 ? std::to_string(host_threads().threads) : std::string("?")) +
                     " per rank" +

@@ -142,16 +142,11 @@ inline std::vector<std::string> expand_config(int argc, char** argv, const CLI::
     std::string key;
     for (const auto& p : item.parents) key += p + ".";
     key += item.name;
-    bool known = false, flag = false;
     const CLI::Option* option = nullptr;
     for (const CLI::Option* opt : app.get_options())
       for (const auto& name : opt->get_lnames())
-        if (name == key) {
-          known = true;
-          flag = opt->get_items_expected_max() == 0;
-          option = opt;
-        }
-    if (!known || key == "config") {
+        if (name == key) option = opt;
+    if (option == nullptr || key == "config") {
       const std::string near = key == "config" ? std::string() : closest_option(app, key);
       const auto line = lines.find(key);
       throw ConfigError("config file '" + path + "'" +
@@ -167,7 +162,7 @@ inline std::vector<std::string> expand_config(int argc, char** argv, const CLI::
     if (!on_command_line) source.options.push_back("--" + key);
     // A flag takes its value after '=' ("quiet = true" is --quiet=true): given apart, the
     // value would be read as a stray argument.
-    if (flag && item.inputs.size() == 1) {
+    if (option->get_items_expected_max() == 0 && item.inputs.size() == 1) {
       settings.push_back("--" + key + "=" + item.inputs.front());
       continue;
     }

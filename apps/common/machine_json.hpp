@@ -6,6 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <string>
+
 #include <tessera/core/build_info.hpp>
 #include <tessera/core/session.hpp>
 
@@ -28,6 +30,15 @@ inline nlohmann::json machine_json(const Session& session) {
       {"kokkos_space", info.kokkos_space},
       {"gpu", session.gpu_name().empty() ? nlohmann::json(nullptr) : nlohmann::json(session.gpu_name())},
       {"ranks_per_gpu", session.ranks_on_gpu() > 0 ? nlohmann::json(session.ranks_on_gpu()) : nlohmann::json(nullptr)}};
+}
+
+/// Where a GPU build's GEMMs run, for a start line: "on GPU 0 (NVIDIA H100 80GB HBM3)", or
+/// with several ranks "rank 0 on GPU 0 (...), shared by 2 ranks" where they share it; empty
+/// where data lives in host memory.
+inline std::string gpu_placement(const Session& session) {
+  if (session.gpu().empty()) return {};
+  return (session.size() == 1 ? "on " : "rank 0 on ") + session.gpu() +
+         (session.ranks_on_gpu() > 1 ? ", shared by " + std::to_string(session.ranks_on_gpu()) + " ranks" : "");
 }
 
 }  // namespace tessera::apps

@@ -19,6 +19,7 @@
 #include <string>
 
 #include "../common/app_main.hpp"
+#include "../common/machine_json.hpp"
 #include "../common/trace_file.hpp"
 #include "../common/train_flags.hpp"
 
@@ -126,10 +127,10 @@ int main(int argc, char** argv) {
                       : ", buckets reduced after backward: one core per rank";
     // Where the GEMMs run: a GPU build's are cuBLAS's on the rank's GPU, a host build's the
     // BLAS's threads.
+    const std::string gpu = apps::gpu_placement(session);
     const std::string where =
-        !session.gpu().empty()
-            ? (comm->size() == 1 ? "on " : "rank 0 on ") + session.gpu() +
-                  (session.ranks_on_gpu() > 1 ? ", shared by " + std::to_string(session.ranks_on_gpu()) + " ranks" : "")
+        !gpu.empty()
+            ? gpu
             : "BLAS threads " + (blas.threads > 0 ? std::to_string(blas.threads) : std::string("?")) + " per rank (" +
                   blas.reason + ")" +
                   (blas.kokkos_threads > 0
