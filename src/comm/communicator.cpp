@@ -969,19 +969,34 @@ void Work::wait() {
     // so its buffers are never touched.
     auto& comm = *w.comm;
     const auto timeout = comm.timeout();
+    // `running` before `running_since`: the worker stores them in the other order, so a
+    // true `running` is never paired with the start of an earlier op.
+    const bool busy = comm.running.load();
     const auto ahead = detail::Clock::time_point(detail::Clock::duration(comm.running_since.load()));
-    const bool stuck = comm.running.load() && timeout.count() > 0 &&
-                       detail::Clock::now() - ahead > 2 * timeout + std::chrono::seconds(10);
+    const bool stuck =
+        busy && timeout.count() > 0 && detail::Clock::now() - ahead > 2 * timeout + std::chrono::seconds(10);
     if (!comm.failed.load() && !stuck) continue;
     {
       std::lock_guard<std::mutex> queue_lock(comm.mutex);
       if (w.started.load()) continue;
-      comm.queue.erase(std::find(comm.queue.begin(), comm.queue.end(), state_));
+      const auto queued = std::find(comm.queue.begin(), comm.queue.end(), state_);
+      if (queued != comm.queue.end()) comm.queue.erase(queued);
       comm.queued.store(comm.queue.size(), std::memory_order_release);
     }
+    // The op is given up: it completes with the error, so that test() and a second wait()
+    // (through this handle or a copy) report it too.
     lock.unlock();
-    comm.ensure_usable();
-    comm.timed_out(w.op, "queued behind an earlier operation that did not complete");
+    std::exception_ptr error;
+    try {
+      comm.ensure_usable();
+      comm.timed_out(w.op, "queued behind an earlier operation that did not complete");
+    } catch (...) {
+      error = std::current_exception();
+    }
+    lock.lock();
+    w.error = error;
+    w.done.store(true);
+    w.cv.notify_all();
   }
   lock.unlock();
   if (w.error) std::rethrow_exception(w.error);
