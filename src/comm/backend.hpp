@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <ctime>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -155,6 +156,13 @@ class Backend {
 };
 
 // Factories; each takes ownership of `group`. Those not compiled in throw NotCompiledError.
+/// Runs `step`, a part of a backend's set-up that can fail on one rank alone (a device, an
+/// address or an environment variable of that node), then tells every rank of `group` whether
+/// it failed on any, before any of them goes on to the set-up's next collective call, where
+/// the others would otherwise wait forever. The rank that failed rethrows its own error; the
+/// others throw a CommError that names the first rank that failed.
+void set_up_together(MPI_Comm group, const char* backend, const std::function<void()>& step);
+
 std::unique_ptr<Backend> make_mpi_backend(MPI_Comm group);
 std::unique_ptr<Backend> make_gloo_backend(MPI_Comm group, const CommOptions& options);
 std::unique_ptr<Backend> make_nccl_backend(MPI_Comm group, const CommOptions& options);

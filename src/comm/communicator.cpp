@@ -11,6 +11,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <exception>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -944,6 +946,24 @@ void rendezvous_to_create(comm::Backend requested, const CommOptions& options) {
     tessera::detail::note_communication_failure();
     throw TimeoutError(message, __FILE__, __LINE__);
   }
+}
+
+void set_up_together(MPI_Comm group, const char* backend, const std::function<void()>& step) {
+  std::exception_ptr error;
+  try {
+    step();
+  } catch (...) {
+    error = std::current_exception();
+  }
+  int world_rank = 0;
+  TESSERA_CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &world_rank));
+  int first = error ? world_rank : std::numeric_limits<int>::max();
+  TESSERA_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, group));
+  if (error) std::rethrow_exception(error);
+  if (first != std::numeric_limits<int>::max())
+    throw CommError(std::string("the ") + backend + " backend could not be set up on rank " + std::to_string(first) +
+                        " (that rank's error says why), so no rank has this communicator",
+                    __FILE__, __LINE__);
 }
 
 }  // namespace detail

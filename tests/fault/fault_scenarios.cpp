@@ -11,6 +11,9 @@
 //                      it unmaps the buffer and lets rank 1 go on: nothing may write there.
 // create_missing_rank: rank 1 stops instead of creating a communicator; rank 0's create()
 //                      ends with a TimeoutError naming it.
+// gloo_set_up_fails:   rank 1's Gloo TCP device cannot be made (a bad environment variable
+//                      of its own), the first Gloo communicator of the job; rank 0, which set
+//                      up its part, is told so instead of waiting for rank 1's address.
 #include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -126,6 +129,17 @@ int create_missing_rank(int rank) {
   }
   return 0;
 }
+int gloo_set_up_fails(int rank) {
+  if (rank == 1) setenv("TESSERA_GLOO_LOOP_SCHED", "sometimes", 1);
+  try {
+    auto gloo = comm::Communicator::create(comm::Backend::Gloo);
+    say(rank, "created a Gloo communicator");
+  } catch (const Error& e) {
+    say(rank,
+        std::string("caught ") + (dynamic_cast<const ConfigError*>(&e) ? "ConfigError: " : "Error: ") + e.message());
+  }
+  return 0;
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -137,6 +151,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   auto world = comm::Communicator::create(comm::Backend::Mpi);
+  // Before any Gloo communicator exists: the process makes its Gloo device only once.
+  if (scenario == "gloo_set_up_fails") return gloo_set_up_fails(world->rank());
   auto c = comm::Communicator::create(test::backend_under_test());  // timeout from TESSERA_COMM_TIMEOUT
   // run_fault.sh times the job from here: starting it (the launcher, MPI, a GPU's context)
   // takes longer on some nodes than others, and is not what the scenarios test.

@@ -179,17 +179,19 @@ class MpiBootstrappedContext final : public gloo::Context {
   MpiBootstrappedContext(MPI_Comm comm, int rank, int size, std::chrono::milliseconds timeout)
       : gloo::Context(rank, size) {
     setTimeout(timeout);
-    device_ = tcp_device();
-    transportContext_ = device_->createContext(rank, size);
-    transportContext_->setTimeout(timeout);
     std::vector<std::vector<char>> local(static_cast<std::size_t>(size));
     std::uint64_t length = 0;
-    for (int i = 0; i < size; ++i) {
-      if (i == rank) continue;
-      auto& pair = transportContext_->createPair(i);
-      local[static_cast<std::size_t>(i)] = pair->address().bytes();
-      length = std::max<std::uint64_t>(length, local[static_cast<std::size_t>(i)].size());
-    }
+    set_up_together(comm, "gloo", [&] {
+      device_ = tcp_device();
+      transportContext_ = device_->createContext(rank, size);
+      transportContext_->setTimeout(timeout);
+      for (int i = 0; i < size; ++i) {
+        if (i == rank) continue;
+        auto& pair = transportContext_->createPair(i);
+        local[static_cast<std::size_t>(i)] = pair->address().bytes();
+        length = std::max<std::uint64_t>(length, local[static_cast<std::size_t>(i)].size());
+      }
+    });
     TESSERA_CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, &length, 1, MPI_UINT64_T, MPI_MAX, comm));
     const auto L = static_cast<std::size_t>(length);
     std::vector<char> out(L * static_cast<std::size_t>(size)), in(out.size());
@@ -199,11 +201,15 @@ class MpiBootstrappedContext final : public gloo::Context {
     }
     TESSERA_CHECK_MPI(
         MPI_Alltoall(out.data(), static_cast<int>(L), MPI_BYTE, in.data(), static_cast<int>(L), MPI_BYTE, comm));
-    for (int i = 0; i < size; ++i) {
-      if (i == rank) continue;
-      const auto begin = in.begin() + static_cast<std::ptrdiff_t>(L * static_cast<std::size_t>(i));
-      transportContext_->getPair(i)->connect(std::vector<char>(begin, begin + static_cast<std::ptrdiff_t>(L)));
-    }
+    // A pair that cannot connect fails on its rank alone; the communicator's set-up goes on
+    // with collective calls.
+    set_up_together(comm, "gloo", [&] {
+      for (int i = 0; i < size; ++i) {
+        if (i == rank) continue;
+        const auto begin = in.begin() + static_cast<std::ptrdiff_t>(L * static_cast<std::size_t>(i));
+        transportContext_->getPair(i)->connect(std::vector<char>(begin, begin + static_cast<std::ptrdiff_t>(L)));
+      }
+    });
   }
 };
 

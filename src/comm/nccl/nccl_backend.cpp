@@ -214,8 +214,11 @@ class NcclBackend final : public Backend {
         throw ConfigError("the nccl backend needs a CUDA device on every rank, and " +
                           (devices == 0 ? "none is usable here (" + why + ")" : std::string("another rank has none")) +
                           "; use the mpi or gloo backend");
-      const int device = choose_device(devices);
-      TESSERA_CHECK_CUDA(cudaSetDevice(device));
+      int device = 0;
+      set_up_together(group_, "nccl", [&] {
+        device = choose_device(devices);
+        TESSERA_CHECK_CUDA(cudaSetDevice(device));
+      });
       // NCCL refuses two ranks of one communicator on one GPU (and would hang or fail inside
       // its initialisation): every rank says so the same way, before NCCL starts.
       const Sharing sharing = gpu_sharing(group_, device);
@@ -225,15 +228,20 @@ class NcclBackend final : public Backend {
                           std::to_string(sharing.ranks_on_node) + " ranks and " + std::to_string(devices) +
                           " GPU(s) on this node); run at most one rank per GPU, or use the mpi backend, "
                           "which stages device buffers through host memory");
-      ncclUniqueId id;
-      if (rank_ == 0) TESSERA_CHECK_NCCL(ncclGetUniqueId(&id));
+      ncclUniqueId id{};
+      set_up_together(group_, "nccl", [&] {
+        if (rank_ == 0) TESSERA_CHECK_NCCL(ncclGetUniqueId(&id));
+      });
       TESSERA_CHECK_MPI(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, group_));
       TESSERA_CHECK_NCCL(ncclCommInitRank(&nccl_->comm, size_, id, rank_));
-      TESSERA_CHECK_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-      TESSERA_CHECK_CUDA(cudaStreamCreateWithFlags(&send_stream_, cudaStreamNonBlocking));
-      TESSERA_CHECK_CUDA(cudaStreamCreateWithFlags(&recv_stream_, cudaStreamNonBlocking));
-      TESSERA_CHECK_CUDA(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
-      TESSERA_CHECK_CUDA(cudaMalloc(&token_, sizeof(float)));
+      // The communicator's set-up goes on with collective calls (MPI_Comm_dup).
+      set_up_together(group_, "nccl", [&] {
+        TESSERA_CHECK_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+        TESSERA_CHECK_CUDA(cudaStreamCreateWithFlags(&send_stream_, cudaStreamNonBlocking));
+        TESSERA_CHECK_CUDA(cudaStreamCreateWithFlags(&recv_stream_, cudaStreamNonBlocking));
+        TESSERA_CHECK_CUDA(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming));
+        TESSERA_CHECK_CUDA(cudaMalloc(&token_, sizeof(float)));
+      });
     } catch (...) {
       release();
       throw;
