@@ -5,10 +5,13 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <exception>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <tessera/core/error.hpp>
@@ -33,14 +36,24 @@ inline std::string write_trace(const std::string& path, bool finished) {
   int rank = 0, ranks = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  // Rank 0 says what comes next: 0 write, 1 keep the user's old file, 2 the file cannot be
+  // opened (rank 0 throws; the others too, instead of waiting in the gather below).
   std::unique_ptr<OutputFile> file;
-  int keep_old = 0;
+  std::exception_ptr opening;
+  int next = 0;
   if (rank == 0) {
-    file = std::make_unique<OutputFile>("--trace", path);
-    keep_old = !finished && file->existed();
+    try {
+      file = std::make_unique<OutputFile>("--trace", path);
+      next = !finished && file->existed() ? 1 : 0;
+    } catch (...) {
+      opening = std::current_exception();
+      next = 2;
+    }
   }
-  MPI_Bcast(&keep_old, 1, MPI_INT, 0, MPI_COMM_WORLD);
-  if (keep_old) return rank == 0 ? "; " + file->abandon() : std::string();
+  MPI_Bcast(&next, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  if (opening) std::rethrow_exception(opening);
+  if (next == 2) throw Error("rank 0 could not open --trace '" + path + "' (its message says why)");
+  if (next == 1) return rank == 0 ? "; " + file->abandon() : std::string();
   nlohmann::json mine = nlohmann::json::array();
   mine.push_back(
       {{"ph", "M"}, {"name", "process_name"}, {"pid", rank}, {"args", {{"name", "rank " + std::to_string(rank)}}}});
@@ -87,30 +100,56 @@ inline std::string write_trace(const std::string& path, bool finished) {
                     {"ts", e->start_us},
                     {"dur", e->duration_us}});
   }
-  const std::string text = mine.dump();
-  int size = static_cast<int>(text.size());
-  std::vector<int> sizes(static_cast<std::size_t>(ranks)), offsets(static_cast<std::size_t>(ranks));
-  MPI_Gather(&size, 1, MPI_INT, sizes.data(), 1, MPI_INT, 0, MPI_COMM_WORLD);
-  std::vector<char> all;
-  if (rank == 0) {
-    int total = 0;
-    for (int r = 0; r < ranks; ++r) {
-      offsets[static_cast<std::size_t>(r)] = total;
-      total += sizes[static_cast<std::size_t>(r)];
-    }
-    all.resize(static_cast<std::size_t>(total));
+  const std::string text = mine.dump();  // "[{...},{...}]"
+  // Each rank's events go to rank 0 as text in pieces of at most 1 GiB (MPI counts are int),
+  // and rank 0 writes them as they come, without parsing: the file's size is not bounded by
+  // rank 0's memory or by 2 GiB. Every rank leaves together, once rank 0 has written the file,
+  // and knows whether it could: writing can take longer than the window in which the ranks
+  // of a failed run must stop alike.
+  constexpr std::size_t kPiece = std::size_t(1) << 30;
+  const auto events_of = [](const std::string& array) {  // the array's elements, without "[" "]"
+    return array.size() > 2 ? std::string_view(array).substr(1, array.size() - 2) : std::string_view();
+  };
+  int written = 1;
+  if (rank != 0) {
+    const auto size = static_cast<std::uint64_t>(text.size());
+    MPI_Send(&size, 1, MPI_UINT64_T, 0, 0, MPI_COMM_WORLD);
+    for (std::size_t at = 0; at < text.size(); at += kPiece)
+      MPI_Send(text.data() + at, static_cast<int>(std::min(kPiece, text.size() - at)), MPI_CHAR, 0, 0, MPI_COMM_WORLD);
+    MPI_Bcast(&written, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    if (!written) throw Error("rank 0 could not write --trace '" + path + "' (its message says why)");
+    return {};
   }
-  MPI_Gatherv(text.data(), size, MPI_CHAR, all.data(), sizes.data(), offsets.data(), MPI_CHAR, 0, MPI_COMM_WORLD);
-  if (rank != 0) return {};
-  nlohmann::json out = {{"traceEvents", nlohmann::json::array()}, {"displayTimeUnit", "ms"}};
-  for (int r = 0; r < ranks; ++r) {
-    const auto part =
-        nlohmann::json::parse(all.begin() + offsets[static_cast<std::size_t>(r)],
-                              all.begin() + offsets[static_cast<std::size_t>(r)] + sizes[static_cast<std::size_t>(r)]);
-    for (const auto& e : part) out["traceEvents"].push_back(e);
+  auto& out = file->stream();
+  bool first = true;
+  const auto put = [&](std::string_view part) {
+    if (part.empty()) return;
+    if (!first) out << ',';
+    out << part;
+    first = false;
+  };
+  out << R"({"displayTimeUnit":"ms","traceEvents":[)";
+  put(events_of(text));
+  std::string part;
+  for (int r = 1; r < ranks; ++r) {
+    std::uint64_t size = 0;
+    MPI_Recv(&size, 1, MPI_UINT64_T, r, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    part.resize(static_cast<std::size_t>(size));
+    for (std::size_t at = 0; at < part.size(); at += kPiece)
+      MPI_Recv(part.data() + at, static_cast<int>(std::min(kPiece, part.size() - at)), MPI_CHAR, r, 0, MPI_COMM_WORLD,
+               MPI_STATUS_IGNORE);
+    put(events_of(part));
   }
-  file->stream() << out.dump() << "\n";
-  file->commit();
+  out << "]}\n";
+  std::exception_ptr writing;
+  try {
+    file->commit();
+  } catch (...) {
+    writing = std::current_exception();
+    written = 0;
+  }
+  MPI_Bcast(&written, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  if (writing) std::rethrow_exception(writing);
   return finished ? std::string() : "; --trace '" + path + "' holds the steps up to the failure";
 }
 

@@ -207,7 +207,13 @@ int main(int argc, char** argv) {
       // Nothing is saved from a diverged run; a file the user already had stays as it was.
       std::string kept;
       if (metrics_file) kept += "; " + metrics_file->abandon();
-      if (!trace_path.empty()) kept += apps::write_trace(trace_path, false);  // every rank stops alike: collective
+      if (!trace_path.empty()) {  // every rank stops alike: collective
+        try {
+          kept += apps::write_trace(trace_path, false);
+        } catch (const Error& trace_error) {
+          kept += "; " + trace_error.message();
+        }
+      }
       if (!save_path.empty()) kept += "; --save '" + save_path + "' was not written";
       throw NonFiniteError(e.message() + kept);
     } catch (const std::exception& e) {
@@ -225,8 +231,9 @@ int main(int argc, char** argv) {
       throw Error(!message.empty() && message.back() == '.' ? message + " Files: " + kept.substr(2) + "."
                                                             : message + kept);
     }
-    if (!trace_path.empty()) apps::write_trace(trace_path, true);
+    // The model first: a trace that cannot be written (a full disk) does not cost it.
     if (!save_path.empty()) checkpoint::save_model(save_path, trainer.parameters(), *comm);
+    if (!trace_path.empty()) apps::write_trace(trace_path, true);
     if (metrics_file) metrics_file->commit();
     if (root && !quiet && c.steps > 0) {
       // How the loss moved, either way (a run that is learning nothing says so too).
