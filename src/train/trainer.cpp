@@ -610,7 +610,8 @@ StepMetrics Trainer::step() {
   // one). The squared norm: each rank's updates summed its range; a parameter every rank of
   // a tensor-parallel group holds whole counts once in the group, and data-parallel replicas
   // that all updated everything count once in all.
-  if (config_.tp > 1) grad_sq -= replicated_grad_square() * (config_.tp - 1) / config_.tp;
+  // (Not from an infinite sum: inf - inf would report an infinite norm as NaN.)
+  if (config_.tp > 1 && std::isfinite(grad_sq)) grad_sq -= replicated_grad_square() * (config_.tp - 1) / config_.tp;
   double sums[2] = {loss_sum / static_cast<double>(config_.accum), grad_sq};
   const auto averaging = Clock::now();
   comm_.all_reduce({sums, 2}, comm::ReduceOp::Sum);
