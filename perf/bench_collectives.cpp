@@ -397,6 +397,18 @@ struct Timing {
     }
   }
 };
+/// nccl-tests' "all" sweep (-o all, -d all, -r all) is refused by name: this benchmark runs
+/// one of each per invocation.
+CLI::Validator no_sweep(const std::string& flag, const std::string& what, const std::string& values) {
+  return CLI::Validator(
+      [flag, what, values](std::string& text) -> std::string {
+        if (text != "all") return {};
+        return "'all' (nccl-tests' sweep over every " + what + ") is not offered here; run once per " + what + " (" +
+               values + ")";
+      },
+      "");
+}
+
 /// The collectives --coll names: one, or all of them.
 std::vector<std::string> check_collective(const std::string& name) {
   if (name == "all") return kOps;
@@ -441,20 +453,27 @@ int main(int argc, char** argv) {
   app.add_option("-d,--datatype,--dtype", dtype_name_arg,
                  "float32 or float, float64 or double, int32, int64, bfloat16, float16 or half")
       ->capture_default_str()
+      ->check(no_sweep("-d", "dtype", "float32, float64, int32, int64, bfloat16 or float16"))
       ->check(apps::parsed_by(parse_dtype));
   app.add_option("-o,--op,--redop", redop_name, "reduction op: sum, prod, min, max, avg")
       ->capture_default_str()
+      ->check(no_sweep("-o", "reduction op", "sum, prod, min, max or avg"))
       ->check(apps::parsed_by(comm::parse_reduce_op));
-  app.add_option("-r,--root", root, "root rank of broadcast and reduce")->capture_default_str();
+  app.add_option("-r,--root", root, "root rank of broadcast and reduce")
+      ->capture_default_str()
+      ->check(no_sweep("-r", "root", "0, 1, ..."))
+      ->check(apps::whole(0, 1 << 30));
   app.add_option("-n,--iters", iters, "timed iterations per measurement")
       ->capture_default_str()
       ->check(apps::whole(1, 1 << 30));
   app.add_option("-w,--warmup_iters", warmup, "untimed iterations first")
       ->capture_default_str()
       ->check(apps::whole(0, 1 << 30));
-  app.add_option("-c,--check", check_flag, "1: verify the results; 0: do not")
+  app.add_option("-c,--check", check_flag,
+                 "N >= 1: verify the results (once per row and backend, whatever N: nccl-tests checks N "
+                 "iterations); 0: do not")
       ->capture_default_str()
-      ->check(apps::whole(0, 1));
+      ->check(apps::whole(0, 1 << 30));
   app.add_option("-a,--average", average,
                  "how a row's time is combined over the ranks: 0 rank 0's, 1 the mean, 2 the fastest rank's, 3 the "
                  "slowest rank's, which the job waits for; nccl-tests' default is 1")
@@ -478,8 +497,10 @@ int main(int argc, char** argv) {
                  "TESSERA_COMM_TIMEOUT, else 600; 0: no limit); the raw library calls have no limit")
       ->check(apps::real([](double v) { return v >= 0 && v <= 1e7; }, "0 or more and at most 10000000",
                          "0 or more, at most 10000000"));
-  app.add_option("--min-busbw", min_busbw, "exit non-zero if any Tessera row's busbw (GB/s) is below this");
-  app.add_option("--min-ratio", min_ratio, "exit non-zero if any row's Tessera/raw busbw ratio is below this");
+  app.add_option("--min-busbw", min_busbw, "exit non-zero if any Tessera row's busbw (GB/s) is below this")
+      ->check(apps::positive(1e9));
+  app.add_option("--min-ratio", min_ratio, "exit non-zero if any row's Tessera/raw busbw ratio is below this")
+      ->check(apps::positive(1e9));
   app.add_flag("--noise-floor", noise_floor,
                "time the raw call in place of Tessera too (an A/A run): the spread of its ratio around 1 is the "
                "smallest difference this machine can resolve");
@@ -501,7 +522,9 @@ int main(int argc, char** argv) {
     const std::size_t lo = parse_size("-b", min_bytes), hi = parse_size("-e", max_bytes);
     const std::size_t step = step_bytes ? parse_size("-i", *step_bytes) : 0;
     if (step_bytes && step == 0) throw ConfigError("-i " + *step_bytes + ": the step must be at least 1 byte");
-    if (lo > hi) throw ConfigError("-b (" + min_bytes + ") is larger than -e (" + max_bytes + ")");
+    if (lo > hi)
+      throw ConfigError("-b (" + min_bytes + ") is larger than -e (" + max_bytes +
+                        (app.count("-e") == 0 ? ", the default" : "") + "); give a larger -e or a smaller -b");
     if (lo < dtype_size(dtype))
       throw ConfigError("-b " + min_bytes + " is less than one " + tessera::dtype_name(dtype) + " element (" +
                         std::to_string(dtype_size(dtype)) + " bytes); give at least -b " +
@@ -550,7 +573,7 @@ int main(int argc, char** argv) {
                        {"step_factor", step > 0 ? nlohmann::json(nullptr) : nlohmann::json(factor)},
                        {"step_bytes", step > 0 ? nlohmann::json(step) : nlohmann::json(nullptr)},
                        {"timeout_s", nullptr},  // the communicators' own, once they exist
-                       {"check", check_flag == 1},
+                       {"check", check_flag > 0},
                        {"noise_floor", noise_floor},
                        {"min_busbw_gbps", min_busbw ? nlohmann::json(*min_busbw) : nlohmann::json(nullptr)},
                        {"min_ratio", min_ratio ? nlohmann::json(*min_ratio) : nlohmann::json(nullptr)},

@@ -31,6 +31,9 @@ tr -s '\n ' '  ' <<<"$out" | grep -q -- '(0 to 3; default: 0)' || fail "--parall
 ! grep -qE 'INT|TEXT|BOOLEAN|1073741824|QUIET' <<<"$out" || fail "CLI11's type names or a flag's placeholder"
 widest=$(awk '{ if (length > m) m = length } END { print m }' <<<"$out")
 [ "$widest" -le 80 ] || fail "a line of $widest characters in 80 columns"
+# The narrowest terminal the help follows, footer too (its Kokkos line kept 72 columns).
+widest=$(COLUMNS=60 "$train" --help | awk '{ if (length > m) m = length } END { print m }')
+[ "$widest" -le 60 ] || fail "a line of $widest characters in 60 columns"
 
 # Each option under its section's heading: the nearest heading above the option's line.
 for pair in model.layers:Model train.steps:Training optim.lr:Optimizer data.source:Data \

@@ -125,6 +125,14 @@ class HelpFormatter : public CLI::Formatter {
     return out;
   }
 
+  /// The footer, each of its lines wrapped as the descriptions are.
+  std::string make_footer(const CLI::App* app) const override {
+    std::istringstream lines(app->get_footer());
+    std::string line, out;
+    while (std::getline(lines, line)) out += wrap(line, width_) + "\n";
+    return out;
+  }
+
   std::string make_option_opts(const CLI::Option* opt) const override {
     return opt->get_expected_max() == 0 ? std::string() : " " + metavar(*opt);  // a flag takes none
   }

@@ -261,6 +261,9 @@ int main(int argc, char** argv) {
       std::printf("done: %lld step%s in %.1f %s; loss %.6g -> %.6g%s%s\n", static_cast<long long>(c.steps),
                   c.steps == 1 ? "" : "s", elapsed < 1 ? elapsed * 1e3 : elapsed, elapsed < 1 ? "ms" : "s", first_loss,
                   last_loss, change, save_path.empty() ? "" : ("; parameters saved to " + save_path).c_str());
+    } else if (root && !quiet) {
+      std::printf("done: 0 steps (--train.steps 0), nothing trained%s\n",
+                  save_path.empty() ? "" : ("; the initial parameters saved to " + save_path).c_str());
     }
     return 0;
   });

@@ -49,10 +49,20 @@ HostThreads choose() {
   }
   if (const char* var = detail::blas_threads_variable()) {
     const char* v = std::getenv(var);
-    h.threads = std::max(1, std::atoi(v));
+    const int asked = std::max(1, std::atoi(v));
+    h.threads = asked;
     h.reason = std::string(var) + "=" + v;
 #if TESSERA_HAVE_OPENBLAS_THREADS
     h.threads = openblas_get_num_threads();
+    // OpenBLAS starts no more threads than the cores this process may run on (mpiexec binds
+    // a rank to one core by default).
+    if (h.threads < asked) {
+      const int allowed = cores_allowed();
+      h.reason += allowed > 0 && allowed <= h.threads
+                      ? ", capped by the " + std::to_string(allowed) + (allowed == 1 ? " core" : " cores") +
+                            " this rank may run on"
+                      : ", capped by OpenBLAS";
+    }
 #endif
     return h;
   }

@@ -16,6 +16,7 @@
 #include <gloo/transport/tcp/device.h>
 #include <gloo/transport/tcp/loop.h>
 #include <gloo/transport/unbound_buffer.h>
+#include <ifaddrs.h>
 #include <netdb.h>
 #include <sched.h>
 #include <sys/epoll.h>
@@ -114,6 +115,20 @@ void run_on_loop_thread(gloo::transport::tcp::Device& device, std::function<void
   if (!answered) throw CommError("gloo: the TCP device's event loop did not answer within 10 s");
 }
 
+/// The network interfaces of this host that have an IP address (what Gloo looks a name up
+/// among), each once; empty if they cannot be listed.
+std::vector<std::string> interfaces_with_an_address() {
+  std::vector<std::string> names;
+  ifaddrs* all = nullptr;
+  if (getifaddrs(&all) != 0) return names;
+  for (const ifaddrs* a = all; a != nullptr; a = a->ifa_next)
+    if (a->ifa_addr != nullptr && (a->ifa_addr->sa_family == AF_INET || a->ifa_addr->sa_family == AF_INET6) &&
+        std::find(names.begin(), names.end(), a->ifa_name) == names.end())
+      names.emplace_back(a->ifa_name);
+  freeifaddrs(all);
+  return names;
+}
+
 /// One TCP device per process, shared by every Gloo communicator. Its address comes from
 /// TESSERA_GLOO_IFNAME (a network interface) or TESSERA_GLOO_HOSTNAME, else the host name.
 std::shared_ptr<gloo::transport::Device> tcp_device() {
@@ -124,6 +139,15 @@ std::shared_ptr<gloo::transport::Device> tcp_device() {
     gloo::transport::tcp::attr attr;
     if (const char* ifname = std::getenv("TESSERA_GLOO_IFNAME"); ifname && *ifname) {
       attr.iface = ifname;
+      const auto names = interfaces_with_an_address();
+      if (!names.empty() && std::find(names.begin(), names.end(), attr.iface) == names.end()) {
+        std::string list;
+        for (const auto& name : names) list += (list.empty() ? "" : ", ") + name;
+        throw CommError("gloo: TESSERA_GLOO_IFNAME='" + attr.iface +
+                            "' is not a network interface of this host with an IP address (those are: " + list +
+                            "); name one of them, or leave it unset to use the host name's address",
+                        __FILE__, __LINE__);
+      }
     } else if (const char* host = std::getenv("TESSERA_GLOO_HOSTNAME"); host && *host) {
       attr.hostname = host;
     } else {
