@@ -102,7 +102,8 @@ class PendingTransfer {
   virtual bool test() = 0;
   /// Stops a transfer that will not complete (it timed out or failed) before its buffer is
   /// reused or freed: true when the backend no longer touches the buffer; false when it still
-  /// may (MPI cannot cancel a send), and the buffer must then outlive the process's use of it.
+  /// may (MPI cannot cancel a send, nor a receive whose data had begun to arrive), and the
+  /// buffer must then outlive the process's use of it.
   virtual bool stop() noexcept { return true; }
   /// What a completed receive was sent, where the backend can tell (MPI): the send's bytes,
   /// or `truncated` where they did not fit the receive's buffer. The front end refuses a

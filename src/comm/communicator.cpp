@@ -379,11 +379,33 @@ class CommState {
 
   /// Stops a transfer that failed, before its staging buffer goes back to the pool: one the
   /// backend could not stop (a send MPI let go) keeps its buffer for good, a few leaked bytes
-  /// rather than a later transfer's staged data read by that send.
-  static void drop(Transfer& t) noexcept {
-    if (t.pending && !t.pending->stop()) (void)t.staging.release();
+  /// rather than a later transfer's staged data read by that send. A receive into the
+  /// caller's own buffer that MPI could not stop (its sender stopped or died in the middle of
+  /// the transfer) would write into that buffer whenever the sender resumed, maybe after the
+  /// program freed it: this process then ends, with the diagnosis, as for a collective stuck
+  /// inside its MPI call.
+  void drop(Transfer& t) noexcept {
+    if (t.pending && !t.pending->stop()) {
+      if (t.work->op.type == OpType::Recv && !t.staging) stuck_receive(t.work->op);
+      (void)t.staging.release();
+    }
     t.pending.reset();
     t.staging.reset();
+  }
+
+  [[noreturn]] void stuck_receive(const Op& op) noexcept {
+    const std::string message =
+        describe(op) + " on communicator '" + options.name + "' [" + backend_name(backend->kind()) + ", " +
+        std::to_string(size) + " ranks] timed out after " + seconds_text(timeout()) +
+        " with its data partly received: the sender stopped or died in the middle of the transfer. The " +
+        backend_name(backend->kind()) +
+        " library cannot cancel a receive it has begun, and would write into the receive's buffer whenever the "
+        "sender resumed, so this process ends now. TESSERA_COMM_TIMEOUT sets the limit in seconds.";
+    std::fprintf(stderr, "tessera: error: %s [rank %d]\n", message.c_str(),
+                 world_ranks[static_cast<std::size_t>(rank)]);
+    std::fflush(stderr);
+    remove_unfinished_files();
+    std::_Exit(EXIT_FAILURE);
   }
 
   /// What the watchdog says of this rank while its caller waits for a send or receive (a
@@ -466,6 +488,25 @@ class CommState {
           active.push_back(std::move(transfers.front()));
           transfers.pop_front();
         }
+      }
+      // A communicator being destroyed does not wait out its receives' deadlines (a
+      // pipeline's receive posted ahead, whose sender will not send once a failure unwinds
+      // the step): nothing can wait for them any more, so they are stopped. After a failure
+      // its sends are stopped too; otherwise a send is still waited for, as its receiver may
+      // yet post and it reads the caller's buffer until then.
+      if (stopping) {
+        for (auto it = active.begin(); it != active.end();) {
+          if (!failed.load() && it->work->op.type != OpType::Recv) {
+            ++it;
+            continue;
+          }
+          drop(*it);
+          complete(*it,
+                   std::make_exception_ptr(CommError("communicator '" + options.name + "' was destroyed with this " +
+                                                     op_name(it->work->op.type) + " unfinished")));
+          it = active.erase(it);
+        }
+        if (active.empty()) continue;
       }
       bool progressed = false;
       for (auto it = active.begin(); it != active.end();) {
@@ -1244,7 +1285,7 @@ Work Communicator::submit_transfer(Op op, bool async) {
     } catch (const std::exception& e) {
       s.fail(std::string("could not hand a posted ") + (op.type == OpType::Send ? "send" : "receive") +
              " to the transfer thread: " + e.what());
-      detail::CommState::drop(t);
+      s.drop(t);
       throw;
     }
     return Work(w);

@@ -11,6 +11,10 @@
 //                      it unmaps the buffer and lets rank 1 go on: nothing may write there.
 // create_missing_rank: rank 1 stops instead of creating a communicator; rank 0's create()
 //                      ends with a TimeoutError naming it.
+// recv_sender_stops:   rank 1 stops (SIGSTOP) in the middle of a large send that rank 0's
+//                      receive has matched (over TCP: the sender pushes the data). MPI
+//                      cannot cancel that receive, so rank 0's process ends with the
+//                      diagnosis at its deadline; it used to wait for the cancellation forever.
 // gloo_set_up_fails:   rank 1's Gloo TCP device cannot be made (a bad environment variable
 //                      of its own), the first Gloo communicator of the job; rank 0, which set
 //                      up its part, is told so instead of waiting for rank 1's address.
@@ -129,6 +133,25 @@ int create_missing_rank(int rank) {
   }
   return 0;
 }
+int recv_sender_stops(comm::Communicator& c) {
+  std::vector<float> x(std::size_t(1) << 26);  // 256 MiB: far longer on the wire than the pause below
+  if (c.rank() == 1) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // rank 0's receive is posted
+    auto sending = c.send_async({x.data(), x.size()}, 0, 3);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the transfer has begun
+    raise(SIGSTOP);
+    sending.wait();
+    return 0;
+  }
+  try {
+    c.recv({x.data(), x.size()}, 1, 3);
+    say(0, "received everything");
+  } catch (const Error& e) {
+    say(0, std::string("caught: ") + e.message());
+  }
+  return 0;
+}
+
 int gloo_set_up_fails(int rank) {
   if (rank == 1) setenv("TESSERA_GLOO_LOOP_SCHED", "sometimes", 1);
   try {
@@ -165,6 +188,7 @@ int main(int argc, char** argv) {
   if (scenario == "exit_after_timeout") return exit_after_timeout(*c);
   if (scenario == "async_buffer_safe") return async_buffer_safe(*c, *world);
   if (scenario == "create_missing_rank") return create_missing_rank(c->rank());
+  if (scenario == "recv_sender_stops") return recv_sender_stops(*c);
   std::fprintf(stderr, "unknown scenario '%s'\n", scenario.c_str());
   return 2;
 }

@@ -238,6 +238,22 @@ TEST(Timeout, AsyncWaitRaisesTheSameError) {
   w.barrier();
 }
 
+// A communicator destroyed with a receive still posted, whose sender will never send (a
+// pipeline's receive posted ahead, when a failure unwinds the step), stops it: it used to
+// wait out the receive's deadline, here 60 s.
+TEST(Timeout, DestroyingACommunicatorStopsItsPostedReceives) {
+  auto& w = world();
+  if (w.size() < 2) GTEST_SKIP() << "needs a peer that never sends";
+  std::vector<float> y(16);
+  const auto start = std::chrono::steady_clock::now();
+  {
+    auto sub = breakable("abandoned", std::chrono::seconds(60));
+    if (w.rank() == 0) (void)sub->recv_async({y.data(), y.size()}, 1, 5);
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
+  w.barrier();
+}
+
 TEST(Timeout, RecvFromASilentPeerNamesThePeer) {
   auto& w = world();
   if (w.size() < 2) GTEST_SKIP() << "needs two ranks";

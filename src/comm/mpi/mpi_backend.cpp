@@ -88,22 +88,20 @@ struct MpiTransfer final : PendingTransfer {
     MPI_Finalized(&finalized);
     if (request == MPI_REQUEST_NULL || finalized) return true;
     MPI_Cancel(&request);
-    if (!send) {
-      // A receive not yet matched is cancelled at once; one already matched ends when its
-      // data has come, and letting it go would let MPI write into a buffer that may be freed.
-      MPI_Wait(&request, MPI_STATUS_IGNORE);
-      return true;
-    }
     // Open MPI and MPICH cannot cancel a send: it ends only when its receiver posts, which
     // after a timeout may be never, so waiting for it would hang the caller that the timeout
-    // was to free. It gets a moment, then is let go; a send only reads its buffer.
-    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
+    // was to free. A receive not yet matched is cancelled at once, but one already matched
+    // ends only when the rest of its data has come, and its sender may have stopped or died
+    // in the middle (over TCP, or shared memory without single-copy, the sender pushes the
+    // data). Either gets a moment, then is let go: false tells the caller that MPI may still
+    // read (a send) or write (a receive) the buffer.
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(send ? 200 : 1000);
     int done = 0;
     while (MPI_Test(&request, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && done == 0 &&
            std::chrono::steady_clock::now() < until)
       std::this_thread::sleep_for(std::chrono::microseconds(100));
     if (done != 0) return true;
-    MPI_Request_free(&request);  // MPI finishes it in the background, should the peer post
+    MPI_Request_free(&request);  // MPI finishes it in the background, should the peer go on
     return false;
   }
   ~MpiTransfer() override { stop(); }
