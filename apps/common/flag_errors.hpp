@@ -91,8 +91,12 @@ inline std::string explain(const CLI::ParseError& e, const CLI::App& app) {
   const auto colon = what.find(": ");
   const std::string option = colon == std::string::npos ? std::string() : what.substr(0, colon);
   if (dynamic_cast<const CLI::ArgumentMismatch*>(&e) != nullptr && what.size() > 8 &&
-      what.compare(what.size() - 8, 8, " missing") == 0 && !option.empty())
-    return option + " needs a value";
+      what.compare(what.size() - 8, 8, " missing") == 0 && !option.empty()) {
+    // Named by both names where it has a short one too (-J/--json), as a refused value is.
+    const CLI::Option* opt = app.get_option_no_throw(option);
+    return (opt != nullptr && !opt->get_snames().empty() ? "-" + opt->get_snames().front() + "/" : std::string()) +
+           option + " needs a value";
+  }
   if (dynamic_cast<const CLI::ConversionError*>(&e) != nullptr) {
     // "Could not convert: --name = value" for a true/false option given something else.
     const std::string prefix = "Could not convert: ";
