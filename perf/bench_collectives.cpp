@@ -399,9 +399,9 @@ struct Timing {
 };
 /// nccl-tests' "all" sweep (-o all, -d all, -r all) is refused by name: this benchmark runs
 /// one of each per invocation.
-CLI::Validator no_sweep(const std::string& flag, const std::string& what, const std::string& values) {
+CLI::Validator no_sweep(const std::string& what, const std::string& values) {
   return CLI::Validator(
-      [flag, what, values](std::string& text) -> std::string {
+      [what, values](std::string& text) -> std::string {
         if (text != "all") return {};
         return "'all' (nccl-tests' sweep over every " + what + ") is not offered here; run once per " + what + " (" +
                values + ")";
@@ -453,15 +453,15 @@ int main(int argc, char** argv) {
   app.add_option("-d,--datatype,--dtype", dtype_name_arg,
                  "float32 or float, float64 or double, int32, int64, bfloat16, float16 or half")
       ->capture_default_str()
-      ->check(no_sweep("-d", "dtype", "float32, float64, int32, int64, bfloat16 or float16"))
+      ->check(no_sweep("dtype", "float32, float64, int32, int64, bfloat16 or float16"))
       ->check(apps::parsed_by(parse_dtype));
   app.add_option("-o,--op,--redop", redop_name, "reduction op: sum, prod, min, max, avg")
       ->capture_default_str()
-      ->check(no_sweep("-o", "reduction op", "sum, prod, min, max or avg"))
+      ->check(no_sweep("reduction op", "sum, prod, min, max or avg"))
       ->check(apps::parsed_by(comm::parse_reduce_op));
   app.add_option("-r,--root", root, "root rank of broadcast and reduce")
       ->capture_default_str()
-      ->check(no_sweep("-r", "root", "0, 1, ..."))
+      ->check(no_sweep("root", "0, 1, ..."))
       ->check(apps::whole(0, 1 << 30));
   app.add_option("-n,--iters", iters, "timed iterations per measurement")
       ->capture_default_str()

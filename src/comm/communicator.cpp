@@ -380,27 +380,39 @@ class CommState {
   /// Stops a transfer that failed, before its staging buffer goes back to the pool: one the
   /// backend could not stop (a send MPI let go) keeps its buffer for good, a few leaked bytes
   /// rather than a later transfer's staged data read by that send. A receive into the
-  /// caller's own buffer that MPI could not stop (its sender stopped or died in the middle of
-  /// the transfer) would write into that buffer whenever the sender resumed, maybe after the
-  /// program freed it: this process then ends, with the diagnosis, as for a collective stuck
-  /// inside its MPI call.
-  void drop(Transfer& t) noexcept {
+  /// caller's own buffer that MPI could not stop (its data had begun to arrive, and the rest
+  /// did not come within the grace) would write into that buffer whenever the sender went
+  /// on, maybe after the program freed it: this process then ends, with the diagnosis
+  /// (`why`: what ended the receive), as for a collective stuck inside its MPI call.
+  void drop(Transfer& t, const std::string& why) noexcept {
     if (t.pending && !t.pending->stop()) {
-      if (t.work->op.type == OpType::Recv && !t.staging) stuck_receive(t.work->op);
+      if (t.work->op.type == OpType::Recv && !t.staging) stuck_receive(t.work->op, why);
       (void)t.staging.release();
     }
     t.pending.reset();
     t.staging.reset();
   }
 
-  [[noreturn]] void stuck_receive(const Op& op) noexcept {
+  /// What ended a transfer that failed with `error`, for stuck_receive's message.
+  std::string ended_by(const std::exception_ptr& error) const {
+    try {
+      std::rethrow_exception(error);
+    } catch (const TimeoutError&) {
+      return "timed out after " + seconds_text(timeout());
+    } catch (...) {
+      return "failed";
+    }
+  }
+
+  [[noreturn]] void stuck_receive(const Op& op, const std::string& why) noexcept {
     const std::string message =
         describe(op) + " on communicator '" + options.name + "' [" + backend_name(backend->kind()) + ", " +
-        std::to_string(size) + " ranks] timed out after " + seconds_text(timeout()) +
-        " with its data partly received: the sender stopped or died in the middle of the transfer. The " +
+        std::to_string(size) + " ranks] " + why +
+        " with its data partly received, and the rest did not come: the sender stopped or died in the middle of "
+        "the transfer, or sends more slowly than the timeout allows. The " +
         backend_name(backend->kind()) +
         " library cannot cancel a receive it has begun, and would write into the receive's buffer whenever the "
-        "sender resumed, so this process ends now. TESSERA_COMM_TIMEOUT sets the limit in seconds.";
+        "sender went on, so this process ends now. TESSERA_COMM_TIMEOUT sets the limit in seconds.";
     std::fprintf(stderr, "tessera: error: %s [rank %d]\n", message.c_str(),
                  world_ranks[static_cast<std::size_t>(rank)]);
     std::fflush(stderr);
@@ -459,7 +471,7 @@ class CommState {
       t.pending->wait(t.deadline);
       received(t);
     });
-    if (error) drop(t);
+    if (error) drop(t, ended_by(error));
     complete(t, std::move(error));
   }
 
@@ -480,10 +492,12 @@ class CommState {
     use_device("the transfer thread");
     std::vector<Transfer> active;
     for (;;) {
+      bool destroying = false;
       {
         std::unique_lock<std::mutex> lock(transfer_mutex);
         if (active.empty()) transfer_cv.wait(lock, [&] { return stopping || !transfers.empty(); });
         if (stopping && transfers.empty() && active.empty()) return;
+        destroying = stopping;
         while (!transfers.empty()) {
           active.push_back(std::move(transfers.front()));
           transfers.pop_front();
@@ -491,22 +505,21 @@ class CommState {
       }
       // A communicator being destroyed does not wait out its receives' deadlines (a
       // pipeline's receive posted ahead, whose sender will not send once a failure unwinds
-      // the step): nothing can wait for them any more, so they are stopped. After a failure
-      // its sends are stopped too; otherwise a send is still waited for, as its receiver may
-      // yet post and it reads the caller's buffer until then.
-      if (stopping) {
-        for (auto it = active.begin(); it != active.end();) {
-          if (!failed.load() && it->work->op.type != OpType::Recv) {
-            ++it;
-            continue;
-          }
-          drop(*it);
-          complete(*it,
-                   std::make_exception_ptr(CommError("communicator '" + options.name + "' was destroyed with this " +
-                                                     op_name(it->work->op.type) + " unfinished")));
-          it = active.erase(it);
+      // the step): nothing can wait for them any more. The communicator fails, which aborts
+      // a backend that cannot cancel a receive on its own (NCCL's kernel would otherwise keep
+      // ncclCommDestroy waiting), and its transfers are stopped. Its sends alone are still
+      // waited for, as their receivers may yet post.
+      const bool posted_receive =
+          std::any_of(active.begin(), active.end(), [](const Transfer& t) { return t.work->op.type == OpType::Recv; });
+      if (destroying && (posted_receive || failed.load())) {
+        if (!failed.load()) fail("communicator '" + options.name + "' was destroyed with a receive still posted");
+        for (auto& t : active) {
+          drop(t, "was stopped when its communicator was destroyed");
+          complete(t, std::make_exception_ptr(CommError("communicator '" + options.name + "' was destroyed with this " +
+                                                        op_name(t.work->op.type) + " unfinished")));
         }
-        if (active.empty()) continue;
+        active.clear();
+        continue;
       }
       bool progressed = false;
       for (auto it = active.begin(); it != active.end();) {
@@ -521,7 +534,7 @@ class CommState {
           }
         });
         if (done || error) {
-          if (error) drop(*it);
+          if (error) drop(*it, ended_by(error));
           complete(*it, std::move(error));
           it = active.erase(it);
           progressed = true;
@@ -1285,7 +1298,7 @@ Work Communicator::submit_transfer(Op op, bool async) {
     } catch (const std::exception& e) {
       s.fail(std::string("could not hand a posted ") + (op.type == OpType::Send ? "send" : "receive") +
              " to the transfer thread: " + e.what());
-      s.drop(t);
+      s.drop(t, "could not be handed to the transfer thread");
       throw;
     }
     return Work(w);

@@ -46,6 +46,9 @@ struct MpiTransfer final : PendingTransfer {
   const char* what = "";
   MPI_Status status{};  // a receive's, once complete
   bool truncated = false;
+  // How long stop() waits for a receive that has begun to end (the watchdog's grace for a
+  // stuck call: max(1 s, timeout / 10)).
+  std::chrono::milliseconds grace{1000};
   void wait(const Deadline& deadline) override {
     if (send) {
       wait_mpi(request, deadline, what);
@@ -93,9 +96,10 @@ struct MpiTransfer final : PendingTransfer {
     // was to free. A receive not yet matched is cancelled at once, but one already matched
     // ends only when the rest of its data has come, and its sender may have stopped or died
     // in the middle (over TCP, or shared memory without single-copy, the sender pushes the
-    // data). Either gets a moment, then is let go: false tells the caller that MPI may still
-    // read (a send) or write (a receive) the buffer.
-    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(send ? 200 : 1000);
+    // data, and a live one may just be slower than the timeout). A send gets a moment and a
+    // receive the grace, then each is let go: false tells the caller that MPI may still read
+    // (a send) or write (a receive) the buffer.
+    const auto until = std::chrono::steady_clock::now() + (send ? std::chrono::milliseconds(200) : grace);
     int done = 0;
     while (MPI_Test(&request, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && done == 0 &&
            std::chrono::steady_clock::now() < until)
@@ -185,8 +189,9 @@ class MpiBackend final : public Backend {
     }
   }
 
-  std::unique_ptr<PendingTransfer> post(const Op& op, const Deadline&) override {
+  std::unique_ptr<PendingTransfer> post(const Op& op, const Deadline& deadline) override {
     auto pending = std::make_unique<MpiTransfer>();
+    if (!deadline.none) pending->grace = std::max(pending->grace, deadline.remaining() / 10);
     const int n = mpi_count(op.count, op);
     if (op.type == OpType::Send) {
       pending->what = "in MPI_Isend, waiting for the receiver";
