@@ -71,7 +71,7 @@ struct Sharing {
 };
 Sharing gpu_sharing(MPI_Comm group, int device) {
   char id[32] = {};
-  TESSERA_CHECK_CUDA(cudaDeviceGetPCIBusId(id, sizeof id, device));
+  set_up_together(group, "nccl", [&] { TESSERA_CHECK_CUDA(cudaDeviceGetPCIBusId(id, sizeof id, device)); });
   const auto share = tessera::detail::share_on_node(group, id);
   Sharing s;
   s.ranks_on_node = share.on_node;
