@@ -163,17 +163,23 @@ TrainConfig::MemoryEstimate TrainConfig::estimate_memory(int ranks, int stage) c
   }
   if (dp <= 1 && zero_stage > 0) e.working = 0;  // one rank: nothing travels, nothing is gathered
   // Per micro-batch row: each Linear keeps its output and input gradient, each GELU three
-  // buffers (two on a GPU, which computes Phi(x) again in backward); the batch's inputs,
-  // targets and loss gradient.
+  // buffers of its width (two on a GPU, which computes Phi(x) again in backward); the batch's
+  // inputs, targets and loss gradient. Under tensor parallelism a column layer's output (and
+  // the GELU after it) and a row layer's input gradient are a tp-th of the width; an odd last
+  // layer is whole.
   const double gelu_buffers = memory_kind_of_space<DeviceMemorySpace>() == MemoryKind::Host ? 3 : 2;
   const double rows = static_cast<double>(global_batch) / n / static_cast<double>(accum);
   const double count = static_cast<double>(pp > 1 ? parallel::stage_layers(layers, pp, stage).count : layers);
-  const double gelus = stage == pp - 1 ? count - 1 : count;  // none after the model's last layer
+  const double t = tp > 1 ? tp : 1;
+  const double pairs = tp > 1 ? std::floor(count / 2) : 0, whole = count - 2 * pairs;
+  const double linear_widths = pairs * 2 * (1 + 1 / t) + whole * 2;  // in units of d
+  // GELUs' widths: one after every layer but the model's last, whose output is whole.
+  const double gelu_widths = pairs * (1 / t + 1) + whole - (stage == pp - 1 ? 1 : 0);
   // A pipeline keeps micro-batches in flight: all of them (GPipe), or under 1F1B as many as
   // the stages from this one on (at most all).
   const double in_flight =
       pp > 1 && schedule == "1f1b" ? std::min(microbatches, pp - stage) / double(microbatches) : 1.0;
-  e.activations = rows * in_flight * d * f * (2 * count + gelu_buffers * gelus + 3);
+  e.activations = rows * in_flight * d * f * (linear_widths + gelu_buffers * gelu_widths + 3);
   if (data == "synthetic") {
     // Its samples, and one layer of its teacher at a time with that layer's forward over 256 rows.
     e.data = static_cast<double>(synthetic_samples) * d * f * 2 + (d * d + d) * f * 2 + 256 * d * f * 4;

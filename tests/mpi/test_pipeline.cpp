@@ -276,6 +276,17 @@ TEST(PipelineTraining, ModelStateBytesAreExactOnEveryLayoutAndZeroStage) {
 // AdamW state against 34.0). Each stage's DDP model state (16 bytes a parameter, AdamW) is
 // checked against what held_of_layer (checked against the ranks' stores above) says it holds,
 // for every layout that validates, and the run's estimate is its largest stage's.
+/// Floats per batch row that layer i keeps for backward, from the layers' shapes: a Linear
+/// its output and its input gradient (a column layer's output a tp-th of the width, a row
+/// layer's input gradient too, an odd last layer whole), the GELU after it (none after the
+/// model's last layer) `gelu_buffers` of the Linear's output width.
+double activations_of_layer(std::size_t i, std::size_t layers, std::size_t d, std::size_t t, double gelu_buffers) {
+  const bool whole = t == 1 || (i % 2 == 0 && i + 1 == layers);
+  const double in = whole || i % 2 == 0 ? double(d) : double(d) / double(t);
+  const double out = whole || i % 2 == 1 ? double(d) : double(d) / double(t);
+  return out + in + (i + 1 < layers ? gelu_buffers * out : 0);
+}
+
 TEST(PipelineTraining, MemoryEstimateSizesEveryStage) {
   auto c = pp_config();
   c.dim = 24;  // divisible by every tp below
@@ -301,6 +312,17 @@ TEST(PipelineTraining, MemoryEstimateSizesEveryStage) {
             held += held_of_layer(i, layers, lc.dim, static_cast<std::size_t>(tp));
           const auto e = lc.estimate_memory(tp * pp, stage);
           EXPECT_EQ(e.model, 16.0 * static_cast<double>(held)) << what << ", stage " << stage;
+          // Activations: the stage's layers, and the batch's inputs, targets and loss
+          // gradient, for the rows of one micro-step (one data-parallel rank here) and the
+          // micro-batches in flight. At tp 4 they were counted at full width, 1.8x over.
+          const double gelu_buffers = memory_kind_of_space<DeviceMemorySpace>() == MemoryKind::Host ? 3 : 2;
+          double per_row = 3.0 * double(lc.dim);
+          for (std::size_t i = range.first; i < range.first + range.count; ++i)
+            per_row += activations_of_layer(i, layers, lc.dim, static_cast<std::size_t>(tp), gelu_buffers);
+          const double in_flight =
+              pp > 1 && lc.schedule == "1f1b" ? std::min(lc.microbatches, pp - stage) / double(lc.microbatches) : 1.0;
+          const double rows = double(lc.global_batch) / double(lc.accum);
+          EXPECT_DOUBLE_EQ(e.activations, rows * in_flight * 4.0 * per_row) << what << ", stage " << stage;
           largest = std::max(largest, e.total());
         }
         EXPECT_EQ(lc.estimate_memory(tp * pp).total(), largest) << what;
