@@ -413,10 +413,15 @@ class CommState {
         backend_name(backend->kind()) +
         " library cannot cancel a receive it has begun, and would write into the receive's buffer whenever the "
         "sender went on, so this process ends now. TESSERA_COMM_TIMEOUT sets the limit in seconds.";
+    end_process(message);
+  }
+
+  /// Prints the diagnosis and ends this process, from any thread; the launcher ends the job.
+  [[noreturn]] void end_process(const std::string& message) noexcept {
     std::fprintf(stderr, "tessera: error: %s [rank %d]\n", message.c_str(),
                  world_ranks[static_cast<std::size_t>(rank)]);
     std::fflush(stderr);
-    remove_unfinished_files();
+    remove_unfinished_files();  // _Exit runs no destructor: the copies being written go now
     std::_Exit(EXIT_FAILURE);
   }
 
@@ -509,9 +514,11 @@ class CommState {
       // a backend that cannot cancel a receive on its own (NCCL's kernel would otherwise keep
       // ncclCommDestroy waiting), and its transfers are stopped. Its sends alone are still
       // waited for, as their receivers may yet post.
-      const bool posted_receive =
-          std::any_of(active.begin(), active.end(), [](const Transfer& t) { return t.work->op.type == OpType::Recv; });
-      if (destroying && (posted_receive || failed.load())) {
+      const auto posted_receive = [&] {
+        return std::any_of(active.begin(), active.end(),
+                           [](const Transfer& t) { return t.work->op.type == OpType::Recv; });
+      };
+      if (destroying && (failed.load() || posted_receive())) {
         if (!failed.load()) fail("communicator '" + options.name + "' was destroyed with a receive still posted");
         for (auto& t : active) {
           drop(t, "was stopped when its communicator was destroyed");
@@ -863,11 +870,7 @@ class CommState {
     message += std::string(" The ") + backend_name(backend->kind()) +
                " library cannot interrupt its call, which would write into the op's buffers whenever that rank "
                "resumed, so this process ends now. TESSERA_COMM_TIMEOUT sets the limit in seconds.";
-    std::fprintf(stderr, "tessera: error: %s [rank %d]\n", message.c_str(),
-                 world_ranks[static_cast<std::size_t>(rank)]);
-    std::fflush(stderr);
-    remove_unfinished_files();  // _Exit runs no destructor: the copies being written go now
-    std::_Exit(EXIT_FAILURE);
+    end_process(message);
   }
 
   /// " 1" or "s 1, 3", "s 4-1023": the ranks (of this communicator) that did not answer the
