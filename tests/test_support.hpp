@@ -128,6 +128,24 @@ inline void expect_same_parameters(const std::vector<float>& ref, const std::vec
                                      << ", max |a| = " << max_ref;
 }
 
+/// A run that is allowed to differ from the reference by rounding (e.g. bf16 gradients on
+/// the wire): max |got - ref| <= rel * max |ref - init|, against how far training moved the
+/// parameters from `init` (a tolerance relative to the parameters themselves can exceed all
+/// of training, so a run that skipped the reduction would pass).
+inline void expect_close_to_reference(const std::vector<float>& init, const std::vector<float>& ref,
+                                      const std::vector<float>& got, double rel, const std::string& what = "") {
+  ASSERT_EQ(ref.size(), got.size()) << what;
+  ASSERT_EQ(ref.size(), init.size()) << what;
+  double moved = 0, max_diff = 0;
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    moved = std::max(moved, std::fabs(static_cast<double>(ref[i]) - init[i]));
+    max_diff = std::max(max_diff, std::fabs(static_cast<double>(ref[i]) - got[i]));
+  }
+  ASSERT_GT(moved, 0.0) << what << ": training did not move the parameters, so the comparison proves nothing";
+  EXPECT_LE(max_diff, rel * moved) << what << (what.empty() ? "" : ": ") << "max |got - ref| = " << max_diff
+                                   << ", training moved the parameters by up to " << moved;
+}
+
 /// The block `p` holds, cut out of the whole tensor's values `whole` (row-major, p.shape).
 inline std::vector<float> block_of(const nn::Parameter& p, const std::vector<float>& whole) {
   if (p.shard.parts == 1) return whole;

@@ -37,7 +37,8 @@ TEST(Async, SeveralAllReducesInFlightWaitedInReverseOrder) {
 TEST(Async, DifferentOpsInFlightTogether) {
   auto& c = world();
   const auto p = static_cast<std::size_t>(c.size());
-  std::vector<float> a(64, 1.0f), b(64, c.rank() == 0 ? 7.0f : 0.0f), rs_in(64 * p, 2.0f), rs_out(64);
+  std::vector<float> a(64, static_cast<float>(c.rank() + 1)), b(64, c.rank() == 0 ? 7.0f : 0.0f), rs_in(64 * p, 2.0f),
+      rs_out(64);
   std::vector<std::int64_t> g_in(3, c.rank()), g_out(3 * p);
   auto w1 = c.all_reduce_async({a.data(), a.size()}, ReduceOp::Max);
   auto w2 = c.broadcast_async({b.data(), b.size()}, 0);
@@ -49,7 +50,7 @@ TEST(Async, DifferentOpsInFlightTogether) {
   w1.wait();
   w4.wait();
   w2.wait();
-  EXPECT_EQ(a[0], 1.0f);
+  EXPECT_EQ(a[0], static_cast<float>(c.size()));  // the Max over ranks 1 .. size
   EXPECT_EQ(b[63], 7.0f);
   EXPECT_EQ(rs_out[5], 2.0f * static_cast<float>(c.size()));
   for (std::size_t r = 0; r < p; ++r) EXPECT_EQ(g_out[r * 3 + 2], static_cast<std::int64_t>(r));

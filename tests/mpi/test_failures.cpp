@@ -476,10 +476,11 @@ TEST(CheckMode, CountMismatchIsCaughtBeforeAnyDataMoves) {
   if (w.size() < 2) GTEST_SKIP() << "needs two ranks to disagree";
   auto sub = breakable("checked_count", std::chrono::seconds(30));
   sub->set_check(true);
-  std::vector<double> x(16, 2.0);
+  // The root sends 2.0; the others hold -1 until data moves, which must not happen.
+  std::vector<double> x(16, w.rank() == 0 ? 2.0 : -1.0);
   const std::size_t n = w.rank() == 0 ? 16 : 12;
   EXPECT_THROW_WITH(sub->broadcast({x.data(), n}, 0), MismatchError, "rank 0 called broadcast (16 x float64, root 0)");
-  EXPECT_EQ(x[0], 2.0);
+  for (double v : x) ASSERT_EQ(v, w.rank() == 0 ? 2.0 : -1.0);
   w.barrier();
 }
 }  // namespace

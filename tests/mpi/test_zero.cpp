@@ -131,10 +131,13 @@ TEST(Zero, AccumulationOfFourMicroStepsMatchesOneStepOfTheWholeBatch) {
   }
 }
 
-TEST(Zero, Bfloat16GradientsTrainCloseToFloat32) {
+TEST(Zero, Bfloat16GradientsTrainCloseToTheSingleProcessRun) {
   auto c = small_config();
   c.optimizer = "sgd";
   c.lr = 0.05f;
+  c.momentum = 0.9f;
+  train::Trainer untrained(c, self());
+  const auto init = whole(untrained, self());
   train::Trainer reference(c, self());
   reference.run();
   const auto ref = whole(reference, self());
@@ -144,10 +147,9 @@ TEST(Zero, Bfloat16GradientsTrainCloseToFloat32) {
     train::Trainer bf16(c, world());
     bf16.run();
     const auto got = whole(bf16, world());
-    expect_same_parameters(ref, got, 2e-2, "stage " + std::to_string(stage));
-    if (world().size() > 1) {
-      EXPECT_NE(ref, got) << "bf16 on the wire must round the gradients (stage " << stage << ")";
-    }
+    // Within bf16's rounding of how far training moved the parameters: shards that skipped
+    // the reduction end several times further away.
+    test::expect_close_to_reference(init, ref, got, 2e-2, "stage " + std::to_string(stage));
   }
 }
 
