@@ -282,6 +282,7 @@ class CommState {
   bool stopping = false;
   std::atomic<bool> running{false};
   std::atomic<Clock::rep> running_since{0};  // when the worker's current op started
+  std::atomic<Clock::rep> op_began{0};       // when the collective that runs now began, fence included
   std::thread worker;
 
   // Staging buffers for ops whose memory the backend cannot use (or that need host-side
@@ -646,6 +647,7 @@ class CommState {
       }
       ~Running() { p.running_seq.store(0); }
     } running_now(progress, op);
+    op_began.store(Clock::now().time_since_epoch().count());
     // On a trace, each collective is a span on its communicator's track.
     struct Traced {
       const Op& op;
@@ -690,6 +692,7 @@ class CommState {
     ensure_usable();
     progress.running_op.store(static_cast<std::uint8_t>(op.type));
     progress.running_seq.store(op.coll_seq + 1);
+    op_began.store(Clock::now().time_since_epoch().count());
     try {
       fence(op, Deadline::after(timeout()));
     } catch (const DeadlineExceeded& e) {
@@ -855,22 +858,53 @@ class CommState {
   /// diagnosis, and the launcher ends the job.
   [[noreturn]] void stuck(Watchdog& watchdog) {
     const Op op = inside_op;
-    std::string message =
-        describe(op) + ", collective #" + std::to_string(op.coll_seq) + " on communicator '" + options.name + "' [" +
-        backend_name(backend->kind()) + ", " + std::to_string(size) +
-        " ranks], has been inside the backend's call for longer than its timeout of " + seconds_text(timeout()) +
-        (backend->needs_fence() ? ": every rank arrived at it, and one stopped or died in the middle of the transfer."
-                                : ": a rank that never called it, or one that stopped or died in the middle of the "
-                                  "transfer, holds it up.");
+    std::vector<PeerStatus> peers;
     try {
-      const auto silent = silent_ranks(watchdog.query(id, world_ranks, kQueryWait));
-      if (!silent.empty()) message += " No answer from rank" + silent + ".";
+      peers = watchdog.query(id, world_ranks, kQueryWait);
     } catch (...) {
     }
+    // Peers that met this collective's timeout before this rank arrived: the fence passed on
+    // the messages they had sent before giving up, so the call can never complete.
+    const auto gave_up = gave_up_before_this_rank(peers, op);
+    std::string message = describe(op) + ", collective #" + std::to_string(op.coll_seq) + " on communicator '" +
+                          options.name + "' [" + backend_name(backend->kind()) + ", " + std::to_string(size) +
+                          " ranks], has been inside the backend's call for longer than its timeout of " +
+                          seconds_text(timeout());
+    if (!gave_up.empty())
+      message += ": " + gave_up_text(gave_up) +
+                 " (this rank got past the arrival check on the messages sent before that), so it cannot complete. " +
+                 kCameLate;
+    else
+      message += backend->needs_fence()
+                     ? ": every rank arrived at it, and one stopped or died in the middle of the transfer."
+                     : ": a rank that never called it, or one that stopped or died in the middle of the transfer, "
+                       "holds it up.";
+    const auto silent = silent_ranks(peers);
+    if (!silent.empty()) message += " No answer from rank" + silent + ".";
     message += std::string(" The ") + backend_name(backend->kind()) +
                " library cannot interrupt its call, which would write into the op's buffers whenever that rank "
                "resumed, so this process ends now. TESSERA_COMM_TIMEOUT sets the limit in seconds.";
     end_process(message);
+  }
+
+  /// The ranks (of this communicator) that met op's timeout before this rank began op: it
+  /// can never complete. Durations, not times, are compared (the ranks' clocks differ).
+  std::vector<int> gave_up_before_this_rank(const std::vector<PeerStatus>& peers, const Op& op) const {
+    const auto began = Clock::time_point(Clock::duration(op_began.load()));
+    const auto here_for = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - began);
+    std::vector<int> ranks;
+    for (const auto& p : peers)
+      if (p.responded && p.member && p.gave_up_seq == op.coll_seq + 1 && p.gave_up_ago > here_for)
+        ranks.push_back(local_rank(world_ranks, p.world_rank));
+    return ranks;
+  }
+  static constexpr const char* kCameLate =
+      "This rank came later than the timeout allows: something before this collective (a long step, I/O) held "
+      "it up, or the timeout is too short for this job.";
+  std::string gave_up_text(const std::vector<int>& ranks) const {
+    return "rank" + std::string(ranks.size() > 1 ? "s " : " ") + rank_list(world_ranks, ranks) +
+           " had already given up on it at " + (ranks.size() > 1 ? "their" : "its") +
+           " own timeout before this rank began it";
   }
 
   /// " 1" or "s 1, 3", "s 4-1023": the ranks (of this communicator) that did not answer the
@@ -921,6 +955,10 @@ class CommState {
   /// passed in the fence (neither: no fence ran, e.g. NCCL without the check mode).
   [[noreturn]] void timed_out(const Op& op, const std::string& what, bool arrived = false, bool fence_expired = false) {
     const bool collective = is_collective(op.type);
+    if (collective) {
+      progress.gave_up_at.store(Clock::now().time_since_epoch().count());
+      progress.gave_up_seq.store(op.coll_seq + 1);
+    }
     std::string message = describe(op) + (collective ? ", collective #" + std::to_string(op.coll_seq) : "") +
                           " on communicator '" + options.name + "' [" + backend_name(backend->kind()) + ", " +
                           std::to_string(size) + " ranks], timed out after " + seconds_text(timeout()) + " " + what +
@@ -935,6 +973,10 @@ class CommState {
           (report.missing.empty() ? rank_list(world_ranks, {op.peer}) + " is alive"
                                   : rank_list(world_ranks, {report.missing[0].first}, report.missing[0].second)) +
           "." + (peers.empty() ? std::string() : size_mismatch(op, peers.front()));
+    } else if (const auto gave_up = gave_up_before_this_rank(peers, op); report.missing.empty() && !gave_up.empty()) {
+      std::string who = gave_up_text(gave_up);
+      who[0] = 'R';
+      message += " " + who + ", so it cannot complete. " + kCameLate;
     } else if (fence_expired && report.missing.empty()) {
       // The fence's deadline passed, and the last rank came before the watchdog asked.
       message +=

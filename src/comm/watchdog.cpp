@@ -2,6 +2,7 @@
 
 #include <tessera/core/session.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstring>
@@ -19,9 +20,11 @@ struct Reply {
   std::uint64_t query_id;
   std::uint64_t collectives_issued;
   std::uint64_t running_seq;
-  std::uint64_t busy_seq;       // where the asked communicator runs nothing: a collective that runs
-                                // on another, its number + 1 (0: none runs anywhere)
-  std::uint64_t last_transfer;  // the asked communicator's Progress::last_transfer and its bytes
+  std::uint64_t gave_up_seq;
+  std::uint64_t gave_up_us_ago;  // a duration, not a time: the two ranks' clocks differ
+  std::uint64_t busy_seq;        // where the asked communicator runs nothing: a collective that runs
+                                 // on another, its number + 1 (0: none runs anywhere)
+  std::uint64_t last_transfer;   // the asked communicator's Progress::last_transfer and its bytes
   std::uint64_t last_transfer_bytes;
   std::uint8_t member;
   std::uint8_t last_op;
@@ -102,6 +105,13 @@ void Watchdog::answer_questions(bool registry_locked) {
         reply.last_op = it->second->last_op.load();
         reply.running_seq = it->second->running_seq.load();
         reply.running_op = it->second->running_op.load();
+        reply.gave_up_seq = it->second->gave_up_seq.load();
+        if (reply.gave_up_seq != 0) {
+          const auto at =
+              std::chrono::steady_clock::time_point(std::chrono::steady_clock::duration(it->second->gave_up_at.load()));
+          reply.gave_up_us_ago = static_cast<std::uint64_t>(std::max<std::int64_t>(
+              0, std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - at).count()));
+        }
         // The size belongs to the key only if the key did not change while it was read.
         const std::uint64_t key = it->second->last_transfer.load();
         reply.last_transfer_bytes = it->second->last_transfer_bytes.load();
@@ -205,6 +215,8 @@ std::vector<PeerStatus> Watchdog::query(std::uint64_t comm_id, const std::vector
       result[k].last_op = r.last_op;
       result[k].running_seq = r.running_seq;
       result[k].running_op = r.running_op;
+      result[k].gave_up_seq = r.gave_up_seq;
+      result[k].gave_up_ago = std::chrono::microseconds(r.gave_up_us_ago);
       result[k].last_transfer = r.last_transfer;
       result[k].last_transfer_bytes = r.last_transfer_bytes;
       if (r.busy_seq > 0 || r.busy_peer > 0)

@@ -36,6 +36,11 @@ struct Progress {
   // The collective this rank is running now: its number + 1 (0: none) and OpType.
   std::atomic<std::uint64_t> running_seq{0};
   std::atomic<std::uint8_t> running_op{255};
+  // The collective whose timeout this rank met, its number + 1 (0: none), and when (steady
+  // clock ticks; stored first): a late peer that got into it anyway (past a fence on the
+  // messages sent before this rank gave up) learns that this rank will never complete it.
+  std::atomic<std::int64_t> gave_up_at{0};
+  std::atomic<std::uint64_t> gave_up_seq{0};
   // While a caller waits for a send or receive (blocking, or its Work): (OpType << 32) |
   // (the peer's world rank + 1); 0 otherwise. Transfers have no collective number.
   std::atomic<std::uint64_t> waiting_transfer{0};
@@ -76,7 +81,9 @@ struct PeerStatus {
   std::uint8_t last_op = 255;
   std::uint64_t running_seq = 0;  // the collective it runs now, + 1 (0: none)
   std::uint8_t running_op = 255;
-  std::uint64_t last_transfer = 0;  // Progress::last_transfer and its bytes
+  std::uint64_t gave_up_seq = 0;             // the collective whose timeout it met, + 1 (0: none)
+  std::chrono::microseconds gave_up_ago{0};  // how long before its answer it met that timeout
+  std::uint64_t last_transfer = 0;           // Progress::last_transfer and its bytes
   std::uint64_t last_transfer_bytes = 0;
   /// Where it runs nothing on this communicator: the collective it runs on another, if any
   /// (a rank waiting in a data-parallel reduction is not at the tensor-parallel one), or else

@@ -15,6 +15,11 @@
 //                      receive has matched (over TCP: the sender pushes the data). MPI
 //                      cannot cancel that receive, so rank 0's process ends with the
 //                      diagnosis at its deadline; it used to wait for the cancellation forever.
+// late_rank:           rank 1 comes to an all_reduce 5 s late, after rank 0 met its 3 s
+//                      timeout and went on: rank 1 must be told that rank 0 gave up on it
+//                      before it came (over MPI it gets past the arrival check on the messages
+//                      rank 0 sent before giving up, and used to be told a rank had stopped
+//                      in the middle of the transfer).
 // gloo_set_up_fails:   rank 1's Gloo TCP device cannot be made (a bad environment variable
 //                      of its own), the first Gloo communicator of the job; rank 0, which set
 //                      up its part, is told so instead of waiting for rank 1's address.
@@ -152,6 +157,20 @@ int recv_sender_stops(comm::Communicator& c) {
   return 0;
 }
 
+int late_rank(comm::Communicator& c) {
+  std::vector<double> x(64, 1.0);
+  if (c.rank() == 1) std::this_thread::sleep_for(std::chrono::seconds(5));  // past rank 0's 3 s timeout
+  try {
+    c.all_reduce({x.data(), x.size()});
+    say(c.rank(), "the all_reduce completed");
+  } catch (const TimeoutError& e) {
+    say(c.rank(), std::string("caught TimeoutError: ") + e.message());
+  }
+  if (c.rank() == 0) std::this_thread::sleep_for(std::chrono::seconds(7));  // alive, answering its watchdog
+  say(c.rank(), "returning from main");
+  return 0;
+}
+
 int gloo_set_up_fails(int rank) {
   if (rank == 1) setenv("TESSERA_GLOO_LOOP_SCHED", "sometimes", 1);
   try {
@@ -189,6 +208,7 @@ int main(int argc, char** argv) {
   if (scenario == "async_buffer_safe") return async_buffer_safe(*c, *world);
   if (scenario == "create_missing_rank") return create_missing_rank(c->rank());
   if (scenario == "recv_sender_stops") return recv_sender_stops(*c);
+  if (scenario == "late_rank") return late_rank(*c);
   std::fprintf(stderr, "unknown scenario '%s'\n", scenario.c_str());
   return 2;
 }
