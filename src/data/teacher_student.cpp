@@ -3,6 +3,8 @@
 #include <tessera/data/dataset.hpp>
 #include <tessera/nn/layers.hpp>
 
+#include "core/range.hpp"
+
 namespace tessera::data {
 namespace {
 
@@ -11,7 +13,7 @@ namespace {
 void fill_normal(const View2D<float>& x, std::uint64_t key) {
   const std::size_t dim = x.extent(1);
   Kokkos::parallel_for(
-      "tessera::ts::inputs", Kokkos::RangePolicy<>(0, x.extent(0) * dim),
+      "tessera::ts::inputs", Range(0, x.extent(0) * dim),
       KOKKOS_LAMBDA(std::size_t k) { x(k / dim, k % dim) = normal01(key, k); });
 }
 
@@ -19,7 +21,7 @@ void gather_rows(const View1D<const std::int64_t>& rows, const View2D<const floa
                  const View2D<float>& inputs, const View2D<float>& targets) {
   const std::size_t dim = x.extent(1);
   Kokkos::parallel_for(
-      "tessera::ts::gather", Kokkos::RangePolicy<>(0, rows.extent(0) * dim), KOKKOS_LAMBDA(std::size_t k) {
+      "tessera::ts::gather", Range(0, rows.extent(0) * dim), KOKKOS_LAMBDA(std::size_t k) {
         const std::size_t r = k / dim, j = k % dim;
         const auto s = static_cast<std::size_t>(rows(r));
         inputs(r, j) = x(s, j);

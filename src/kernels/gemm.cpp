@@ -2,14 +2,17 @@
 
 #include <cblas.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <limits>
 #include <string>
 
 #include <tessera/core/error.hpp>
 #include <tessera/core/host_threads.hpp>
 
 #include "core/log.hpp"
+#include "core/range.hpp"
 
 namespace tessera::kernels {
 namespace detail {
@@ -28,9 +31,26 @@ struct GemmShape {
   int m, n, k, lda, ldb, ldc;
 };
 
+/// A BLAS int: extents and row pitches past INT_MAX cannot be passed.
+int blas_int(std::size_t v, const char* what) {
+  if (v > static_cast<std::size_t>(std::numeric_limits<int>::max()))
+    throw Error(std::string("tessera::kernels::gemm: ") + what + " " + std::to_string(v) +
+                    " exceeds the largest a BLAS call takes (2147483647)",
+                __FILE__, __LINE__);
+  return static_cast<int>(v);
+}
+
+/// The row pitch of a row-major matrix (a column slice of a wider one is padded: its rows
+/// lie stride(0) apart, not extent(1)); at least 1, as BLAS and cuBLAS require.
+int leading_dimension(const View2D<const float>& v, const char* what) {
+  return std::max(1, blas_int(v.stride(0), what));
+}
+
 /// Checks that op(A) op(B) fits C and returns the BLAS arguments.
 GemmShape gemm_shape(Trans ta, Trans tb, const View2D<const float>& a, const View2D<const float>& b,
                      const View2D<float>& c) {
+  for (const auto* v : {&a, &b}) blas_int(std::max(v->extent(0), v->extent(1)), "a matrix extent");
+  blas_int(std::max(c.extent(0), c.extent(1)), "a matrix extent");
   const bool tA = ta == Trans::Yes, tB = tb == Trans::Yes;
   const auto m = static_cast<int>(tA ? a.extent(1) : a.extent(0));
   const auto k = static_cast<int>(tA ? a.extent(0) : a.extent(1));
@@ -41,7 +61,14 @@ GemmShape gemm_shape(Trans ta, Trans tb, const View2D<const float>& a, const Vie
                     ", op(B) is " + std::to_string(kb) + "x" + std::to_string(n) + ", C is " +
                     std::to_string(c.extent(0)) + "x" + std::to_string(c.extent(1)),
                 __FILE__, __LINE__);
-  return {tA, tB, m, n, k, static_cast<int>(a.extent(1)), static_cast<int>(b.extent(1)), static_cast<int>(c.extent(1))};
+  return {tA,
+          tB,
+          m,
+          n,
+          k,
+          leading_dimension(a, "A's row pitch"),
+          leading_dimension(b, "B's row pitch"),
+          leading_dimension(c, "C's row pitch")};
 }
 
 std::atomic<std::uint64_t> bias_in_epilogue{0}, bias_separate{0};
@@ -56,7 +83,7 @@ void gemm(Trans ta, Trans tb, float alpha, const View2D<const float>& a, const V
   } else {
     host_threads();  // the thread count is settled before the BLAS starts its threads
     cblas_sgemm(CblasRowMajor, tA ? CblasTrans : CblasNoTrans, tB ? CblasTrans : CblasNoTrans, m, n, k, alpha, a.data(),
-                lda > 0 ? lda : 1, b.data(), ldb > 0 ? ldb : 1, beta, c.data(), ldc > 0 ? ldc : 1);
+                lda, b.data(), ldb, beta, c.data(), ldc);
   }
 }
 
@@ -68,11 +95,10 @@ void add_bias(const View2D<float>& y, const View1D<const float>& b) {
     if (!y.span_is_contiguous()) throw Error("internal: a padded matrix reached add_bias");
     const Kokkos::View<float*, DeviceMemorySpace, Kokkos::MemoryUnmanaged> flat_y(y.data(), y.size());
     Kokkos::parallel_for(
-        "tessera::linear::bias", Kokkos::RangePolicy<>(0, rows * cols),
-        KOKKOS_LAMBDA(std::size_t k) { flat_y(k) += b(k % cols); });
+        "tessera::linear::bias", Range(0, rows * cols), KOKKOS_LAMBDA(std::size_t k) { flat_y(k) += b(k % cols); });
   } else {
     Kokkos::parallel_for(
-        "tessera::linear::bias", Kokkos::RangePolicy<>(0, rows), KOKKOS_LAMBDA(std::size_t i) {
+        "tessera::linear::bias", Range(0, rows), KOKKOS_LAMBDA(std::size_t i) {
           for (std::size_t j = 0; j < cols; ++j) y(i, j) += b(j);
         });
   }

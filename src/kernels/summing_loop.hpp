@@ -14,6 +14,8 @@
 
 #include <tessera/core/memory.hpp>
 
+#include "core/range.hpp"
+
 #if !defined(__CUDA_ARCH__) && (defined(__GNUC__) || defined(__clang__))
 #define TESSERA_SIMD_SUM _Pragma("omp simd simdlen(8) reduction(+ : tessera_sum)")
 #else
@@ -57,7 +59,7 @@ template <class F>
 void for_each_summing(const char* label, const Kokkos::DefaultExecutionSpace& space, std::size_t begin, std::size_t end,
                       const F& f, const Kokkos::View<double, DeviceMemorySpace>& sum) {
   const detail::SummingChunks<F> body{f, begin, end};
-  Kokkos::parallel_reduce(label, Kokkos::RangePolicy<>(space, 0, body.chunks()), body, sum);
+  Kokkos::parallel_reduce(label, Range(space, 0, body.chunks()), body, sum);
 }
 
 /// The same on the default instance, waiting for the sum and returning it.
@@ -65,7 +67,7 @@ template <class F>
 double for_each_summing(const char* label, std::size_t begin, std::size_t end, const F& f) {
   const detail::SummingChunks<F> body{f, begin, end};
   double total = 0;
-  Kokkos::parallel_reduce(label, Kokkos::RangePolicy<>(0, body.chunks()), body, total);
+  Kokkos::parallel_reduce(label, Range(0, body.chunks()), body, total);
   return total;
 }
 

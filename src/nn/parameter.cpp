@@ -5,6 +5,8 @@
 
 #include <algorithm>
 
+#include "core/range.hpp"
+
 namespace tessera::nn {
 
 std::vector<std::int64_t> Parameter::held_shape() const {
@@ -125,7 +127,7 @@ void ParameterStore::initialize(std::uint64_t seed) {
       start = static_cast<std::size_t>(p.shard.index) * block;
     }
     Kokkos::parallel_for(
-        "tessera::init", Kokkos::RangePolicy<>(0, count), KOKKOS_LAMBDA(std::size_t i) {
+        "tessera::init", Range(0, count), KOKKOS_LAMBDA(std::size_t i) {
           const std::size_t h = first + i;
           const std::size_t global = h / block * whole + start + h % block;
           v(i) = bound * (2.0f * uniform01(key, global) - 1.0f);

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 
+#include "core/range.hpp"
 #include "kernels/summing_loop.hpp"
 
 namespace tessera::optim {
@@ -58,7 +59,7 @@ void adamw_quads(const Kokkos::DefaultExecutionSpace& space, std::size_t begin, 
   const std::size_t b = a + 4 * quads;  // the first element after the quads
   const std::size_t head = a - begin, tail = end - b;
   Kokkos::parallel_reduce(
-      "tessera::adamw", Kokkos::RangePolicy<>(space, 0, head + quads + tail),
+      "tessera::adamw", Range(space, 0, head + quads + tail),
       KOKKOS_LAMBDA(std::size_t w, double& acc) {
         if (w >= head && w < head + quads) {
           const std::size_t i = a + 4 * (w - head);
@@ -92,8 +93,8 @@ void adamw_kernel(const Kokkos::DefaultExecutionSpace& space, std::size_t begin,
   }
 #endif
   kernels::for_each_summing(
-      "tessera::adamw", space, begin, end,
-      KOKKOS_LAMBDA(std::size_t i) { return rule(p(i), m(i), v(i), g(i)); }, grad_square);
+      "tessera::adamw", space, begin, end, KOKKOS_LAMBDA(std::size_t i) { return rule(p(i), m(i), v(i), g(i)); },
+      grad_square);
 }
 
 void require_same_length(const View1D<float>& p, const View1D<float>& g, const char* who) {
@@ -168,7 +169,7 @@ void AdamW::start_step() {
 
 void AdamW::apply(std::size_t offset, std::size_t count, const SumView& grad_square) {
   const AdamWRule rule{options_.beta1, options_.beta2, options_.eps, 1.0f - options_.lr * options_.weight_decay,
-                       step_size_, inv_sqrt_c2_};
+                       step_size_,     inv_sqrt_c2_};
   adamw_kernel(space_, offset, offset + count, params_, grads_, m_, v_, rule, grad_square);
 }
 

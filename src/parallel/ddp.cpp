@@ -2,6 +2,7 @@
 #include <tessera/core/session.hpp>
 #include <tessera/parallel/ddp.hpp>
 
+#include "core/range.hpp"
 #include "parallel/replicas.hpp"
 
 namespace tessera::parallel {
@@ -9,12 +10,11 @@ namespace {
 // Free functions: nvcc does not allow a device lambda in a private member function.
 void to_bf16(const View1D<const float>& from, const View1D<bfloat16>& to) {
   Kokkos::parallel_for(
-      "tessera::ddp::to_bf16", Kokkos::RangePolicy<>(0, from.size()),
-      KOKKOS_LAMBDA(std::size_t i) { to(i) = bfloat16(from(i)); });
+      "tessera::ddp::to_bf16", Range(0, from.size()), KOKKOS_LAMBDA(std::size_t i) { to(i) = bfloat16(from(i)); });
 }
 void from_bf16(const View1D<const bfloat16>& from, const View1D<float>& to) {
   Kokkos::parallel_for(
-      "tessera::ddp::from_bf16", Kokkos::RangePolicy<>(0, from.size()),
+      "tessera::ddp::from_bf16", Range(0, from.size()),
       KOKKOS_LAMBDA(std::size_t i) { to(i) = static_cast<float>(from(i)); });
 }
 }  // namespace

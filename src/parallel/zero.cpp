@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "core/range.hpp"
 #include "parallel/replicas.hpp"
 
 namespace tessera::parallel {
@@ -23,7 +24,7 @@ void to_bf16(const float* from, bfloat16* to, std::size_t n) {
   const Span<const float> f(from, n);
   const Span<bfloat16> t(to, n);
   Kokkos::parallel_for(
-      "tessera::zero::to_bf16", Kokkos::RangePolicy<>(0, n), KOKKOS_LAMBDA(std::size_t i) { t(i) = bfloat16(f(i)); });
+      "tessera::zero::to_bf16", Range(0, n), KOKKOS_LAMBDA(std::size_t i) { t(i) = bfloat16(f(i)); });
 }
 /// dst = src (add false) or dst += src, converting to float.
 template <class T>
@@ -32,12 +33,10 @@ void accumulate(const T* src, float* dst, std::size_t n, bool add) {
   const Span<float> d(dst, n);
   if (add)
     Kokkos::parallel_for(
-        "tessera::zero::accumulate", Kokkos::RangePolicy<>(0, n),
-        KOKKOS_LAMBDA(std::size_t i) { d(i) += static_cast<float>(s(i)); });
+        "tessera::zero::accumulate", Range(0, n), KOKKOS_LAMBDA(std::size_t i) { d(i) += static_cast<float>(s(i)); });
   else
     Kokkos::parallel_for(
-        "tessera::zero::assign", Kokkos::RangePolicy<>(0, n),
-        KOKKOS_LAMBDA(std::size_t i) { d(i) = static_cast<float>(s(i)); });
+        "tessera::zero::assign", Range(0, n), KOKKOS_LAMBDA(std::size_t i) { d(i) = static_cast<float>(s(i)); });
 }
 // Queued on the default execution space, in order with the kernels around them. A
 // deep_copy without one would wait for the whole device, the reductions and gathers in

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "core/range.hpp"
 #include "kernels/gemm.hpp"
 #include "kernels/host_loops.hpp"
 #include "kernels/side_queue.hpp"
@@ -26,7 +27,7 @@ double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::
 void scale_in_place(const View2D<float>& g, float s) {
   const Kokkos::View<float*, DeviceMemorySpace, Kokkos::MemoryUnmanaged> flat(g.data(), g.size());
   Kokkos::parallel_for(
-      "tessera::scale_dy", Kokkos::RangePolicy<>(0, flat.size()), KOKKOS_LAMBDA(std::size_t i) { flat(i) *= s; });
+      "tessera::scale_dy", Range(0, flat.size()), KOKKOS_LAMBDA(std::size_t i) { flat(i) *= s; });
 }
 
 // A free function: nvcc does not allow a device lambda in a private member function.
@@ -34,7 +35,7 @@ double square_sum(const float* data, std::size_t n) {
   const Kokkos::View<const float*, DeviceMemorySpace, Kokkos::MemoryUnmanaged> g(data, n);
   double sum = 0;
   Kokkos::parallel_reduce(
-      "tessera::square_sum", Kokkos::RangePolicy<>(0, n),
+      "tessera::square_sum", Range(0, n),
       KOKKOS_LAMBDA(std::size_t i, double& acc) { acc += static_cast<double>(g(i)) * g(i); }, sum);
   return sum;
 }
@@ -566,7 +567,7 @@ StepMetrics Trainer::step() {
       const Kokkos::View<float*, DeviceMemorySpace, Kokkos::MemoryUnmanaged> dy(dy_.data(), dy_.size());
       const float scale = 1.0f / static_cast<float>(config_.accum * dp_->size());
       Kokkos::parallel_for(
-          "tessera::scale_dy", Kokkos::RangePolicy<>(0, dy.size()), KOKKOS_LAMBDA(std::size_t i) { dy(i) *= scale; });
+          "tessera::scale_dy", Range(0, dy.size()), KOKKOS_LAMBDA(std::size_t i) { dy(i) *= scale; });
     }
     Kokkos::DefaultExecutionSpace().fence();
     mark("forward", t);

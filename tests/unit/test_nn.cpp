@@ -112,6 +112,40 @@ TEST(Gemm, AllTransposeCombinationsMatchANaiveLoop) {
                     "shapes do not match");
 }
 
+// Column slices of wider matrices are row-major views whose rows lie further apart than
+// their width: the GEMM must read and write them at that pitch (it passed the width, and read
+// the wrong elements), and leave C's other columns alone.
+TEST(Gemm, ColumnSlicesOfWiderMatricesAreReadAtTheirRowPitch) {
+  using kernels::Trans;
+  const std::size_t m = 4, n = 5, k = 3;
+  auto wa = random_matrix(m, 2 * k + 1, 11), wb = random_matrix(k, n + 3, 12), wc = random_matrix(m, n + 2, 13);
+  const auto cols = [](std::size_t from, std::size_t count) { return std::make_pair(from, from + count); };
+  View2D<const float> a = Kokkos::subview(wa, Kokkos::ALL, cols(k, k));  // columns k .. 2k-1
+  View2D<const float> b = Kokkos::subview(wb, Kokkos::ALL, cols(2, n));
+  View2D<float> c = Kokkos::subview(wc, Kokkos::ALL, cols(1, n));
+  ASSERT_EQ(a.stride(0), 2 * k + 1) << "the slice must be padded, or this test proves nothing";
+  const auto ha = host_copy(wa), hb = host_copy(wb), c0 = host_copy(wc);
+  kernels::gemm(Trans::No, Trans::No, 1.0f, a, b, 0.0f, c);
+  const auto hc = host_copy(wc);
+  for (std::size_t i = 0; i < m; ++i) {
+    for (std::size_t j = 0; j < n + 2; ++j) {
+      if (j < 1 || j > n) {
+        EXPECT_EQ(hc(i, j), c0(i, j)) << "a column outside the slice was written";
+        continue;
+      }
+      double s = 0;
+      for (std::size_t l = 0; l < k; ++l) s += static_cast<double>(ha(i, k + l)) * hb(l, 2 + j - 1);
+      EXPECT_NEAR(hc(i, j), s, 1e-5) << i << ", " << j;
+    }
+  }
+}
+
+TEST(Linear, RefusesALayerWithoutFeatures) {
+  nn::ParameterStore store;
+  EXPECT_THROW_WITH(nn::Linear(store, "fc", 0, 3), ConfigError, "Linear 'fc' has 0 input features");
+  EXPECT_THROW_WITH(nn::Linear(store, "fc", 4, 0), ConfigError, "Linear 'fc' has 0 output features");
+}
+
 // C = op(A) op(B) + 1 b^T with the bias added in cuBLASLt's epilogue (a CUDA build) or after
 // the GEMM: both ways, every transpose, a shape of multiples of 16, an odd one and ones with
 // a single row or column (which take the separate pass), a bias aligned to 16 bytes or more
