@@ -131,4 +131,6 @@ for doc in docs:
             print("%s:%d: %s\n    %s; add a test or a perf step that runs it, or change the doc" %
                   (doc, number, command, why))
 print("%d command(s) in %d docs; %d not run by any test, CI step or perf script" % (checked, len(docs), missing))
+if checked == 0:
+    sys.exit("no commands found in the docs: the check would prove nothing (is ROOT the checkout?)")
 sys.exit(1 if missing else 0)

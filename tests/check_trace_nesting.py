@@ -12,6 +12,8 @@ spans = defaultdict(list)
 for e in events:
     if e["ph"] == "X":
         spans[(e["pid"], e["tid"])].append((e["ts"], e["ts"] + e["dur"], e["name"]))
+if not spans:
+    sys.exit("the trace has no spans: nothing was recorded, so there is nothing to check")
 eps = 1e-6
 problems = []
 for key, xs in spans.items():

@@ -224,17 +224,31 @@ TEST(ModelFile, SavesEveryParameterInItsGlobalShapeAndLoadsBack) {
   H5Sget_simple_extent_dims(space, dims, nullptr);
   EXPECT_EQ(dims[0], 5u);
   EXPECT_EQ(dims[1], 5u);
-  std::vector<float> w(25);
-  H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, w.data());
-  EXPECT_EQ(w[7], host_copy(a.find("layers.1.weight").value)(7));
   H5Sclose(space);
   H5Dclose(ds);
+  // Every parameter, every value, under its own name (two weights of the same shape swapped,
+  // or one left out, would fail).
+  const auto values_of = [](const nn::Parameter& p) {
+    const auto h = host_copy(p.value);
+    return std::vector<float>(h.data(), h.data() + h.size());
+  };
+  ASSERT_EQ(a.parameters().size(), 4u);
+  for (const auto& p : a.parameters()) {
+    hid_t d = H5Dopen2(file, ("/model/" + p.name).c_str(), H5P_DEFAULT);
+    ASSERT_GE(d, 0) << p.name;
+    std::vector<float> stored(p.value.size());
+    EXPECT_GE(H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, stored.data()), 0) << p.name;
+    H5Dclose(d);
+    EXPECT_EQ(stored, values_of(p)) << p.name;
+  }
   H5Fclose(file);
   nn::ParameterStore b;
   nn::MLP other(b, 2, 5);
   b.initialize(12);
+  ASSERT_NE(values_of(b.find("layers.1.weight")), values_of(a.find("layers.1.weight")))
+      << "another seed must give other values, or loading proves nothing";
   checkpoint::load_model(path, b);
-  EXPECT_EQ(host_copy(b.find("layers.0.bias").value)(3), host_copy(a.find("layers.0.bias").value)(3));
+  for (const auto& p : a.parameters()) EXPECT_EQ(values_of(b.find(p.name)), values_of(p)) << p.name;
   nn::ParameterStore wrong;
   nn::MLP wide(wrong, 2, 6);
   wrong.initialize(1);
