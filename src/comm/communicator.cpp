@@ -863,18 +863,23 @@ class CommState {
       peers = watchdog.query(id, world_ranks, kQueryWait);
     } catch (...) {
     }
-    // Peers that met this collective's timeout before this rank arrived: the fence passed on
-    // the messages they had sent before giving up, so the call can never complete.
-    const auto gave_up = gave_up_before_this_rank(peers, op);
+    // Peers that met this collective's timeout: the call can never complete. Before this
+    // rank began it, the fence passed on the messages they had sent before giving up; just
+    // after, the fence passed here but not there (this rank's message came too late).
+    const auto [before, after] = gave_up_on(peers, op);
+    const bool fenced = backend->needs_fence() || op.check;
     std::string message = describe(op) + ", collective #" + std::to_string(op.coll_seq) + " on communicator '" +
                           options.name + "' [" + backend_name(backend->kind()) + ", " + std::to_string(size) +
                           " ranks], has been inside the backend's call for longer than its timeout of " +
                           seconds_text(timeout());
-    if (!gave_up.empty())
-      message += ": " + gave_up_text(gave_up) +
-                 " (this rank got past the arrival check on the messages sent before that), so it cannot complete. " +
-                 kCameLate;
-    else
+    if (!before.empty() || !after.empty()) {
+      message += ": ";
+      if (!before.empty()) message += gave_up_text(before, true);
+      if (!before.empty() && !after.empty()) message += ", and ";
+      if (!after.empty()) message += gave_up_text(after, false);
+      message += std::string(fenced ? " (this rank got past the arrival check on the messages sent before that)" : "") +
+                 ", so it cannot complete. " + kCameLate;
+    } else
       message += backend->needs_fence()
                      ? ": every rank arrived at it, and one stopped or died in the middle of the transfer."
                      : ": a rank that never called it, or one that stopped or died in the middle of the transfer, "
@@ -882,29 +887,32 @@ class CommState {
     const auto silent = silent_ranks(peers);
     if (!silent.empty()) message += " No answer from rank" + silent + ".";
     message += std::string(" The ") + backend_name(backend->kind()) +
-               " library cannot interrupt its call, which would write into the op's buffers whenever that rank "
-               "resumed, so this process ends now. TESSERA_COMM_TIMEOUT sets the limit in seconds.";
+               " library cannot interrupt its call, which would write into the op's buffers whenever " +
+               (before.empty() && after.empty() ? "that rank resumed" : "it went on") +
+               ", so this process ends now. TESSERA_COMM_TIMEOUT sets the limit in seconds.";
     end_process(message);
   }
 
-  /// The ranks (of this communicator) that met op's timeout before this rank began op: it
-  /// can never complete. Durations, not times, are compared (the ranks' clocks differ).
-  std::vector<int> gave_up_before_this_rank(const std::vector<PeerStatus>& peers, const Op& op) const {
+  /// The ranks (of this communicator) that met op's timeout, and so will never complete it:
+  /// those that did before this rank began op, and those that did after. Durations, not
+  /// times, are compared (the ranks' clocks differ), against when the answers came.
+  std::pair<std::vector<int>, std::vector<int>> gave_up_on(const std::vector<PeerStatus>& peers, const Op& op,
+                                                           Clock::time_point answered = Clock::now()) const {
     const auto began = Clock::time_point(Clock::duration(op_began.load()));
-    const auto here_for = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - began);
-    std::vector<int> ranks;
+    const auto here_for = std::chrono::duration_cast<std::chrono::microseconds>(answered - began);
+    std::pair<std::vector<int>, std::vector<int>> ranks;
     for (const auto& p : peers)
-      if (p.responded && p.member && p.gave_up_seq == op.coll_seq + 1 && p.gave_up_ago > here_for)
-        ranks.push_back(local_rank(world_ranks, p.world_rank));
+      if (p.responded && p.member && p.gave_up_seq == op.coll_seq + 1)
+        (p.gave_up_ago > here_for ? ranks.first : ranks.second).push_back(local_rank(world_ranks, p.world_rank));
     return ranks;
   }
   static constexpr const char* kCameLate =
       "This rank came later than the timeout allows: something before this collective (a long step, I/O) held "
       "it up, or the timeout is too short for this job.";
-  std::string gave_up_text(const std::vector<int>& ranks) const {
+  std::string gave_up_text(const std::vector<int>& ranks, bool before) const {
     return "rank" + std::string(ranks.size() > 1 ? "s " : " ") + rank_list(world_ranks, ranks) +
-           " had already given up on it at " + (ranks.size() > 1 ? "their" : "its") +
-           " own timeout before this rank began it";
+           (before ? " had already given up on it at " : " gave up on it at ") + (ranks.size() > 1 ? "their" : "its") +
+           (before ? " own timeout before this rank began it" : " own timeout after this rank began it");
   }
 
   /// " 1" or "s 1, 3", "s 4-1023": the ranks (of this communicator) that did not answer the
@@ -953,9 +961,12 @@ class CommState {
   /// was known to be at this op (its fence passed), so the data phase stalled.
   /// `arrived`: the fence confirmed every rank at this op; `fence_expired`: the deadline
   /// passed in the fence (neither: no fence ran, e.g. NCCL without the check mode).
-  [[noreturn]] void timed_out(const Op& op, const std::string& what, bool arrived = false, bool fence_expired = false) {
+  /// `began`: false for an op given up while still queued behind another (it never ran, so
+  /// this rank neither publishes that it gave up on it nor compares when peers did).
+  [[noreturn]] void timed_out(const Op& op, const std::string& what, bool arrived = false, bool fence_expired = false,
+                              bool began = true) {
     const bool collective = is_collective(op.type);
-    if (collective) {
+    if (collective && began) {
       progress.gave_up_at.store(Clock::now().time_since_epoch().count());
       progress.gave_up_seq.store(op.coll_seq + 1);
     }
@@ -973,8 +984,9 @@ class CommState {
           (report.missing.empty() ? rank_list(world_ranks, {op.peer}) + " is alive"
                                   : rank_list(world_ranks, {report.missing[0].first}, report.missing[0].second)) +
           "." + (peers.empty() ? std::string() : size_mismatch(op, peers.front()));
-    } else if (const auto gave_up = gave_up_before_this_rank(peers, op); report.missing.empty() && !gave_up.empty()) {
-      std::string who = gave_up_text(gave_up);
+    } else if (const auto gave_up = began ? gave_up_on(peers, op).first : std::vector<int>{};
+               report.missing.empty() && !gave_up.empty()) {
+      std::string who = gave_up_text(gave_up, true);
       who[0] = 'R';
       message += " " + who + ", so it cannot complete. " + kCameLate;
     } else if (fence_expired && report.missing.empty()) {
@@ -1108,7 +1120,7 @@ void Work::wait() {
     std::exception_ptr error;
     try {
       comm.ensure_usable();
-      comm.timed_out(w.op, "queued behind an earlier operation that did not complete");
+      comm.timed_out(w.op, "queued behind an earlier operation that did not complete", false, false, /*began=*/false);
     } catch (...) {
       error = std::current_exception();
     }

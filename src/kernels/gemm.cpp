@@ -92,10 +92,15 @@ void gemm(Trans ta, Trans tb, float alpha, const View2D<const float>& a, const V
 void add_bias(const View2D<float>& y, const View1D<const float>& b) {
   const std::size_t rows = y.extent(0), cols = y.extent(1);
   if constexpr (memory_kind_of_space<DeviceMemorySpace>() == MemoryKind::Device) {
-    if (!y.span_is_contiguous()) throw Error("internal: a padded matrix reached add_bias");
-    const Kokkos::View<float*, DeviceMemorySpace, Kokkos::MemoryUnmanaged> flat_y(y.data(), y.size());
-    Kokkos::parallel_for(
-        "tessera::linear::bias", Range(0, rows * cols), KOKKOS_LAMBDA(std::size_t k) { flat_y(k) += b(k % cols); });
+    if (y.span_is_contiguous()) {
+      const Kokkos::View<float*, DeviceMemorySpace, Kokkos::MemoryUnmanaged> flat_y(y.data(), y.size());
+      Kokkos::parallel_for(
+          "tessera::linear::bias", Range(0, rows * cols), KOKKOS_LAMBDA(std::size_t k) { flat_y(k) += b(k % cols); });
+    } else {  // a column slice of a wider matrix (the GEMMs take those too)
+      Kokkos::parallel_for(
+          "tessera::linear::bias", Range(0, rows * cols),
+          KOKKOS_LAMBDA(std::size_t k) { y(k / cols, k % cols) += b(k % cols); });
+    }
   } else {
     Kokkos::parallel_for(
         "tessera::linear::bias", Range(0, rows), KOKKOS_LAMBDA(std::size_t i) {

@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <vector>
 
 #include <tessera/tessera.hpp>
@@ -71,15 +72,17 @@ TEST_F(Nccl, AllReduceSumAvgMaxInFloatBf16AndInt64) {
     b[i] = bfloat16(static_cast<float>(in(c.rank(), i)));
     l[i] = static_cast<std::int64_t>(in(c.rank(), i));
   }
-  DeviceArray<float> df(f), dout(n);
-  DeviceArray<bfloat16> db(b);
-  DeviceArray<std::int64_t> dl(l);
+  // Out of place, into outputs that hold what no op could give (NaN, a negative count): at
+  // one rank, in place, an op that did nothing would leave the right answer behind.
+  DeviceArray<float> df(f), dout(std::vector<float>(n, std::nanf("")));
+  DeviceArray<bfloat16> db(b), dbo(std::vector<bfloat16>(n, bfloat16(std::nanf(""))));
+  DeviceArray<std::int64_t> dl(l), dlo(std::vector<std::int64_t>(n, -12345));
   c.all_reduce(df.buffer(), dout.buffer(), ReduceOp::Sum);
-  c.all_reduce(db.buffer(), ReduceOp::Avg);
-  c.all_reduce(dl.buffer(), ReduceOp::Max);
+  c.all_reduce(db.buffer(), dbo.buffer(), ReduceOp::Avg);
+  c.all_reduce(dl.buffer(), dlo.buffer(), ReduceOp::Max);
   auto fo = dout.download();
-  auto bo = db.download();
-  auto lo = dl.download();
+  auto bo = dbo.download();
+  auto lo = dlo.download();
   for (std::size_t i = 0; i < n; ++i) {
     ASSERT_EQ(fo[i], static_cast<float>(sum(i)));
     ASSERT_NEAR(static_cast<float>(bo[i]), sum(i) / p, sum(i) / p / 128);
@@ -117,11 +120,21 @@ TEST_F(Nccl, GatherScatterAllGatherReduceScatterAllToAllBroadcast) {
   for (std::size_t r = 0; r < p; ++r)
     for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(a[r * n + i], in(static_cast<int>(r), me * n + i));
 
+  // The outputs are refilled with NaN first: they still hold the ops' results above, which
+  // at one rank are these ops' results too.
+  dall.upload(std::vector<double>(n * p, std::nan("")));
   c.gather(dm.buffer(), dall.buffer(), 0);
+  if (me == 0) {
+    auto ga = dall.download();
+    for (std::size_t r = 0; r < p; ++r)
+      for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(ga[r * n + i], in(static_cast<int>(r), i));
+  }
+  dout.upload(std::vector<double>(n, std::nan("")));
   c.scatter(dblocks.buffer(), dout.buffer(), 0);
   auto sc = dout.download();
   for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(sc[i], in(0, me * n + i));
 
+  // In place: only the other ranks' buffers change (they hold their own values before).
   c.broadcast(dm.buffer(), 0);
   auto bc = dm.download();
   for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(bc[i], in(0, i));
@@ -130,14 +143,21 @@ TEST_F(Nccl, GatherScatterAllGatherReduceScatterAllToAllBroadcast) {
 
 TEST_F(Nccl, AsyncOpsInFlightTogether) {
   auto& c = *comm_;
-  std::vector<float> v(64, 1.0f);
-  DeviceArray<float> d(v);
+  // Two ops in flight on one buffer (in order: the second reduces the first's result) and a
+  // third out of place into NaN, so that one that did nothing fails at one rank too.
+  std::vector<float> v(64, static_cast<float>(c.rank() + 1));
+  DeviceArray<float> d(v), e(v), out_e(std::vector<float>(64, std::nanf("")));
   auto w1 = c.all_reduce_async(d.buffer());
   auto w2 = c.all_reduce_async(d.buffer());
+  auto w3 = c.all_reduce_async(e.buffer(), out_e.buffer(), ReduceOp::Max);
+  w3.wait();
   w2.wait();
   w1.wait();
+  const float p = static_cast<float>(c.size()), sum = p * (p + 1) / 2;
   auto out = d.download();
-  EXPECT_EQ(out[0], static_cast<float>(c.size() * c.size()));
+  for (float x : out) ASSERT_EQ(x, sum * p);  // the sum over ranks, summed again
+  auto mx = out_e.download();
+  for (float x : mx) ASSERT_EQ(x, p);
 }
 
 // Host buffers (a loss, a checksum) go through NCCL too, staged through device memory.

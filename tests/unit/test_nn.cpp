@@ -116,26 +116,45 @@ TEST(Gemm, AllTransposeCombinationsMatchANaiveLoop) {
 // their width: the GEMM must read and write them at that pitch (it passed the width, and read
 // the wrong elements), and leave C's other columns alone.
 TEST(Gemm, ColumnSlicesOfWiderMatricesAreReadAtTheirRowPitch) {
+  using kernels::BiasAdd;
   using kernels::Trans;
   const std::size_t m = 4, n = 5, k = 3;
-  auto wa = random_matrix(m, 2 * k + 1, 11), wb = random_matrix(k, n + 3, 12), wc = random_matrix(m, n + 2, 13);
-  const auto cols = [](std::size_t from, std::size_t count) { return std::make_pair(from, from + count); };
-  View2D<const float> a = Kokkos::subview(wa, Kokkos::ALL, cols(k, k));  // columns k .. 2k-1
-  View2D<const float> b = Kokkos::subview(wb, Kokkos::ALL, cols(2, n));
-  View2D<float> c = Kokkos::subview(wc, Kokkos::ALL, cols(1, n));
-  ASSERT_EQ(a.stride(0), 2 * k + 1) << "the slice must be padded, or this test proves nothing";
-  const auto ha = host_copy(wa), hb = host_copy(wb), c0 = host_copy(wc);
-  kernels::gemm(Trans::No, Trans::No, 1.0f, a, b, 0.0f, c);
-  const auto hc = host_copy(wc);
-  for (std::size_t i = 0; i < m; ++i) {
-    for (std::size_t j = 0; j < n + 2; ++j) {
-      if (j < 1 || j > n) {
-        EXPECT_EQ(hc(i, j), c0(i, j)) << "a column outside the slice was written";
-        continue;
+  // Columns [at, at + width) of a matrix `extra` columns wider on each side.
+  const auto slice = [](const View2D<float>& wide, std::size_t at, std::size_t width) {
+    return View2D<float>(Kokkos::subview(wide, Kokkos::ALL, std::make_pair(at, at + width)));
+  };
+  for (Trans ta : {Trans::No, Trans::Yes}) {
+    for (Trans tb : {Trans::No, Trans::Yes}) {
+      for (bool with_bias : {false, true}) {
+        const std::size_t ar = ta == Trans::No ? m : k, ac = ta == Trans::No ? k : m;
+        const std::size_t br = tb == Trans::No ? k : n, bc = tb == Trans::No ? n : k;
+        auto wa = random_matrix(ar, ac + 3, 11), wb = random_matrix(br, bc + 2, 12), wc = random_matrix(m, n + 2, 13);
+        auto bias = random_matrix(1, n, 14);
+        const View2D<const float> a = slice(wa, 2, ac), b = slice(wb, 1, bc);
+        const View2D<float> c = slice(wc, 1, n);
+        ASSERT_EQ(a.stride(0), ac + 3) << "the slice must be padded, or this test proves nothing";
+        const auto ha = host_copy(wa), hb = host_copy(wb), c0 = host_copy(wc), hbias = host_copy(bias);
+        if (with_bias)
+          kernels::gemm_bias(ta, tb, a, b, View1D<const float>(bias.data(), n), c, BiasAdd::Separate);
+        else
+          kernels::gemm(ta, tb, 1.0f, a, b, 0.0f, c);
+        const auto hc = host_copy(wc);
+        const std::string what = std::string("ta ") + (ta == Trans::Yes ? "T" : "N") + ", tb " +
+                                 (tb == Trans::Yes ? "T" : "N") + (with_bias ? ", gemm_bias" : ", gemm");
+        for (std::size_t i = 0; i < m; ++i) {
+          for (std::size_t j = 0; j < n + 2; ++j) {
+            if (j < 1 || j > n) {
+              EXPECT_EQ(hc(i, j), c0(i, j)) << what << ": a column outside the slice was written";
+              continue;
+            }
+            double s = with_bias ? hbias(0, j - 1) : 0.0;
+            for (std::size_t l = 0; l < k; ++l)
+              s += static_cast<double>(ta == Trans::No ? ha(i, 2 + l) : ha(l, 2 + i)) *
+                   (tb == Trans::No ? hb(l, 1 + j - 1) : hb(j - 1, 1 + l));
+            EXPECT_NEAR(hc(i, j), s, 1e-5) << what << " at (" << i << ", " << j << ")";
+          }
+        }
       }
-      double s = 0;
-      for (std::size_t l = 0; l < k; ++l) s += static_cast<double>(ha(i, k + l)) * hb(l, 2 + j - 1);
-      EXPECT_NEAR(hc(i, j), s, 1e-5) << i << ", " << j;
     }
   }
 }

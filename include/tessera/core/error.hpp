@@ -1,9 +1,9 @@
 #pragma once
 /// \file
-/// Tessera's exception hierarchy. Library code throws these and never prints or exits, but
-/// for the two ends of a process that MPI leaves no other way out of (docs/architecture.md:
-/// a backend call stuck past its deadline, a receive that timed out with its data partly
-/// received); apps catch them at the top.
+/// Tessera's exception hierarchy. Library code throws these rather than printing an error or
+/// exiting, but for the two ends of a process that MPI leaves no other way out of
+/// (docs/architecture.md: a backend call stuck past its deadline, a receive that timed out
+/// with its data partly received); apps catch them at the top.
 
 #include <stdexcept>
 #include <string>
