@@ -30,7 +30,7 @@ function(tessera_add_mpi_test)
   if(NOT T_TIMEOUT)
     set(T_TIMEOUT 120)
   endif()
-  add_executable(${T_NAME} ${T_SOURCES} ${PROJECT_SOURCE_DIR}/tests/mpi/mpi_test_main.cpp)
+  add_executable(${T_NAME} ${T_SOURCES} $<TARGET_OBJECTS:tessera_test_main>)  # tests/CMakeLists.txt
   target_link_libraries(${T_NAME} PRIVATE Tessera::tessera GTest::gtest tessera_warnings ${T_LIBS})
   target_include_directories(${T_NAME} PRIVATE ${PROJECT_SOURCE_DIR}/tests ${PROJECT_SOURCE_DIR}/src)
   set(_backends ${T_BACKENDS})
