@@ -119,6 +119,30 @@ std::string describe(const Signature& s) {
   return describe(op);
 }
 
+/// Of peers' answers about collective `seq`: the ranks (as `local` maps a world rank) that met
+/// its timeout, and so will never complete it, those that did before this rank began it
+/// (`began`) and those after. Durations, not times, are compared (the ranks' clocks differ),
+/// against when the answers came.
+template <class Local>
+std::pair<std::vector<int>, std::vector<int>> gave_up_on(const std::vector<PeerStatus>& peers, std::uint64_t seq,
+                                                         Clock::time_point began, Clock::time_point answered,
+                                                         Local&& local) {
+  const auto here_for = std::chrono::duration_cast<std::chrono::microseconds>(answered - began);
+  std::pair<std::vector<int>, std::vector<int>> ranks;
+  for (const auto& p : peers)
+    if (p.responded && p.member && p.gave_up_seq == seq + 1)
+      (p.gave_up_ago > here_for ? ranks.first : ranks.second).push_back(local(p.world_rank));
+  return ranks;
+}
+constexpr const char* kCameLate =
+    "This rank came later than the timeout allows: something before this collective (a long step, I/O) held it "
+    "up, or the timeout is too short for this job.";
+std::string gave_up_text(const std::vector<int>& world_ranks, const std::vector<int>& ranks, bool before) {
+  return "rank" + std::string(ranks.size() > 1 ? "s " : " ") + rank_list(world_ranks, ranks) +
+         (before ? " had already given up on it at " : " gave up on it at ") + (ranks.size() > 1 ? "their" : "its") +
+         (before ? " own timeout before this rank began it" : " own timeout after this rank began it");
+}
+
 std::uint64_t hash_of(const Signature& sig) {
   std::uint64_t h = 1469598103934665603ull;
   const auto mix = [&h](std::uint64_t v) {
@@ -836,14 +860,21 @@ class CommState {
   /// deadline have given up by then; Gloo's, whose internal waits each get the whole
   /// timeout, by several timeouts more), the watchdog calls stuck().
   void execute_backend(const Op& op, const Deadline& deadline) {
+    watched(op, deadline, backend->timeouts_per_call(size), [&] { backend->execute(op, deadline); });
+  }
+
+  /// Runs `call`, a library call of op that may not return by itself (MPI's), watched: past
+  /// the deadline, a grace and `timeouts - 1` more timeouts, the watchdog calls stuck().
+  template <class Call>
+  void watched(const Op& op, const Deadline& deadline, int timeouts, Call&& call) {
     if (!deadline.none) {
       inside_op = op;
-      const auto grace = std::max<Clock::duration>(std::chrono::seconds(1), timeout() / 10) +
-                         (backend->timeouts_per_call(size) - 1) * timeout();
+      const auto grace =
+          std::max<Clock::duration>(std::chrono::seconds(1), timeout() / 10) + (timeouts - 1) * timeout();
       progress.inside_until.store((deadline.at + grace).time_since_epoch().count(), std::memory_order_release);
     }
     try {
-      backend->execute(op, deadline);
+      call();
     } catch (...) {
       progress.inside_until.store(0);
       throw;
@@ -867,11 +898,14 @@ class CommState {
     // rank began it, the fence passed on the messages they had sent before giving up; just
     // after, the fence passed here but not there (this rank's message came too late).
     const auto [before, after] = gave_up_on(peers, op);
-    const bool fenced = backend->needs_fence() || op.check;
+    // A split runs MPI_Comm_split, after its fence, on every backend.
+    const bool split = op.type == OpType::Split;
+    const bool fenced = split || backend->needs_fence() || op.check;
+    const std::string library = split ? "MPI" : backend_name(backend->kind());
     std::string message = describe(op) + ", collective #" + std::to_string(op.coll_seq) + " on communicator '" +
                           options.name + "' [" + backend_name(backend->kind()) + ", " + std::to_string(size) +
-                          " ranks], has been inside the backend's call for longer than its timeout of " +
-                          seconds_text(timeout());
+                          " ranks], has been inside " + (split ? "MPI_Comm_split" : "the backend's call") +
+                          " for longer than its timeout of " + seconds_text(timeout());
     if (!before.empty() || !after.empty()) {
       message += ": ";
       if (!before.empty()) message += gave_up_text(before, true);
@@ -880,15 +914,17 @@ class CommState {
       message += std::string(fenced ? " (this rank got past the arrival check on the messages sent before that)" : "") +
                  ", so it cannot complete. " + kCameLate;
     } else
-      message += backend->needs_fence()
+      message += split ? ": every rank arrived at it, and one stopped or died in the middle of the split."
+                 : backend->needs_fence()
                      ? ": every rank arrived at it, and one stopped or died in the middle of the transfer."
                      : ": a rank that never called it, or one that stopped or died in the middle of the transfer, "
                        "holds it up.";
     const auto silent = silent_ranks(peers);
     if (!silent.empty()) message += " No answer from rank" + silent + ".";
-    message += std::string(" The ") + backend_name(backend->kind()) +
-               " library cannot interrupt its call, which would write into the op's buffers whenever " +
-               (before.empty() && after.empty() ? "that rank resumed" : "it went on") +
+    message += " The " + library + " library cannot interrupt " +
+               (split ? std::string("MPI_Comm_split")
+                      : std::string("its call, which would write into the op's buffers whenever ") +
+                            (before.empty() && after.empty() ? "that rank resumed" : "it went on")) +
                ", so this process ends now. TESSERA_COMM_TIMEOUT sets the limit in seconds.";
     end_process(message);
   }
@@ -896,23 +932,12 @@ class CommState {
   /// The ranks (of this communicator) that met op's timeout, and so will never complete it:
   /// those that did before this rank began op, and those that did after. Durations, not
   /// times, are compared (the ranks' clocks differ), against when the answers came.
-  std::pair<std::vector<int>, std::vector<int>> gave_up_on(const std::vector<PeerStatus>& peers, const Op& op,
-                                                           Clock::time_point answered = Clock::now()) const {
-    const auto began = Clock::time_point(Clock::duration(op_began.load()));
-    const auto here_for = std::chrono::duration_cast<std::chrono::microseconds>(answered - began);
-    std::pair<std::vector<int>, std::vector<int>> ranks;
-    for (const auto& p : peers)
-      if (p.responded && p.member && p.gave_up_seq == op.coll_seq + 1)
-        (p.gave_up_ago > here_for ? ranks.first : ranks.second).push_back(local_rank(world_ranks, p.world_rank));
-    return ranks;
+  std::pair<std::vector<int>, std::vector<int>> gave_up_on(const std::vector<PeerStatus>& peers, const Op& op) const {
+    return comm::detail::gave_up_on(peers, op.coll_seq, Clock::time_point(Clock::duration(op_began.load())),
+                                    Clock::now(), [this](int world) { return local_rank(world_ranks, world); });
   }
-  static constexpr const char* kCameLate =
-      "This rank came later than the timeout allows: something before this collective (a long step, I/O) held "
-      "it up, or the timeout is too short for this job.";
   std::string gave_up_text(const std::vector<int>& ranks, bool before) const {
-    return "rank" + std::string(ranks.size() > 1 ? "s " : " ") + rank_list(world_ranks, ranks) +
-           (before ? " had already given up on it at " : " gave up on it at ") + (ranks.size() > 1 ? "their" : "its") +
-           (before ? " own timeout before this rank began it" : " own timeout after this rank began it");
+    return comm::detail::gave_up_text(world_ranks, ranks, before);
   }
 
   /// " 1" or "s 1, 3", "s 4-1023": the ranks (of this communicator) that did not answer the
@@ -1012,25 +1037,93 @@ class CommState {
   }
 };
 
+namespace {
+/// Communicator::create's rendezvous on this rank: its progress (the watchdog's id 0, which is
+/// no communicator's: peers ask it which create this rank runs, and which it gave up on), the
+/// fence's buffers, and the create running now (written before its MPI calls are watched,
+/// read by the watchdog's thread when one does not return).
+struct Creations {
+  Progress progress;
+  FenceBuffers buffers;
+  std::string what;  // "Communicator::create #2 (backend mpi)"
+  std::uint64_t seq = 0;
+  std::chrono::milliseconds timeout{0};
+  Clock::time_point began;
+  const char* call = "";  // the MPI call being watched
+};
+[[noreturn]] void creation_stuck(Watchdog& watchdog);
+Creations& creations() {
+  static Creations c;
+  static std::once_flag registered;
+  std::call_once(registered, [] {
+    c.progress.on_stuck = [](Watchdog& w) { creation_stuck(w); };
+    Watchdog::instance().add(0, &c.progress);
+  });
+  return c;
+}
+
+/// Called by the watchdog thread when a create's MPI call has not returned past the create's
+/// timeout: a rank that came after its peers' timeout passed the rendezvous on the messages
+/// they had sent before giving up, and waits in the call alone. MPI cannot interrupt it.
+[[noreturn]] void creation_stuck(Watchdog& watchdog) {
+  const Creations& c = creations();
+  const Session& session = Session::current();
+  std::vector<int> world(static_cast<std::size_t>(session.size()));
+  for (int r = 0; r < session.size(); ++r) world[static_cast<std::size_t>(r)] = r;
+  std::vector<PeerStatus> peers;
+  try {
+    peers = watchdog.query(0, world, kQueryWait);
+  } catch (...) {
+  }
+  const auto [before, after] = gave_up_on(peers, c.seq, c.began, Clock::now(), [](int r) { return r; });
+  std::string message =
+      c.what + " has been inside " + c.call + " for longer than its timeout of " + seconds_text(c.timeout);
+  if (!before.empty() || !after.empty()) {
+    message += ": ";
+    if (!before.empty()) message += gave_up_text(world, before, true);
+    if (!before.empty() && !after.empty()) message += ", and ";
+    if (!after.empty()) message += gave_up_text(world, after, false);
+    message += std::string(
+                   " (this rank got past the arrival check on the messages sent before that), so it cannot "
+                   "complete. ") +
+               kCameLate;
+  } else {
+    message += ": every rank arrived at it, and one stopped or died in the middle of it.";
+  }
+  std::vector<int> silent;
+  for (const auto& p : peers)
+    if (!p.responded) silent.push_back(p.world_rank);
+  if (!silent.empty())
+    message += " No answer from rank" + std::string(silent.size() > 1 ? "s " : " ") + rank_list(world, silent) + ".";
+  message += std::string(" The MPI library cannot interrupt ") + c.call +
+             ", so this process ends now. TESSERA_COMM_TIMEOUT sets the limit in seconds.";
+  std::fprintf(stderr, "tessera: error: %s [rank %d]\n", message.c_str(), session.rank());
+  std::fflush(stderr);
+  remove_unfinished_files();  // _Exit runs no destructor: the copies being written go now
+  std::_Exit(EXIT_FAILURE);
+}
+}  // namespace
+
 /// Every rank of the job must create its communicators in the same order: a fence over the
 /// Session's control communicator, with the communicator's deadline, before the MPI_Comm_dup
 /// (which cannot time out) and the backend's set-up.
 void rendezvous_to_create(comm::Backend requested, const CommOptions& options) {
-  static Progress creations;  // answers peers' questions about creation; id 0 is no communicator's
-  static FenceBuffers buffers;
-  static std::once_flag registered;
-  std::call_once(registered, [] { Watchdog::instance().add(0, &creations); });
+  Creations& creation = creations();
   const Session& session = Session::current();
   Signature sig{};
-  sig.coll_seq = creations.collectives_issued.fetch_add(1);
+  sig.coll_seq = creation.progress.collectives_issued.fetch_add(1);
   sig.count = static_cast<std::uint64_t>(requested);
-  creations.running_seq.store(sig.coll_seq + 1);
-  const std::string what =
+  creation.what =
       "Communicator::create #" + std::to_string(sig.coll_seq) + " (backend " + backend_name(requested) + ")";
+  creation.seq = sig.coll_seq;
+  creation.timeout = options.timeout;
+  creation.began = Clock::now();
+  creation.progress.running_seq.store(sig.coll_seq + 1);
+  const std::string& what = creation.what;
   try {
-    const bool same = agree(tessera::detail::control_comm(), session.rank(), session.size(), hash_of(sig), buffers,
-                            kCreateTag, Deadline::after(options.timeout));
-    creations.running_seq.store(0);
+    const bool same = agree(tessera::detail::control_comm(), session.rank(), session.size(), hash_of(sig),
+                            creation.buffers, kCreateTag, Deadline::after(options.timeout));
+    creation.progress.running_seq.store(0);
     if (!same) {
       tessera::detail::note_communication_failure();
       throw MismatchError(what +
@@ -1038,7 +1131,11 @@ void rendezvous_to_create(comm::Backend requested, const CommOptions& options) {
                           "every rank must create the same communicators in the same order");
     }
   } catch (const DeadlineExceeded&) {
-    creations.running_seq.store(0);
+    creation.progress.running_seq.store(0);
+    // A rank that comes later may pass its rendezvous on this rank's messages: it learns
+    // from here that this rank will never make the communicator (creation_stuck).
+    creation.progress.gave_up_at.store(Clock::now().time_since_epoch().count());
+    creation.progress.gave_up_seq.store(sig.coll_seq + 1);
     std::vector<int> world(static_cast<std::size_t>(session.size()));
     for (int r = 0; r < session.size(); ++r) world[static_cast<std::size_t>(r)] = r;
     const auto report =
@@ -1057,6 +1154,28 @@ void rendezvous_to_create(comm::Backend requested, const CommOptions& options) {
     tessera::detail::note_communication_failure();
     throw TimeoutError(message, __FILE__, __LINE__);
   }
+}
+
+/// Runs `call`, an MPI call of the create that just passed its rendezvous, named `name`,
+/// watched: past the create's timeout and a grace, the watchdog ends this process with
+/// creation_stuck's diagnosis (a rank later than its peers' timeout may pass the rendezvous on
+/// the messages they sent before giving up, and would wait there alone).
+template <class Call>
+void watch_creation(const char* name, Call&& call) {
+  Creations& creation = creations();
+  if (creation.timeout.count() > 0) {
+    creation.call = name;
+    const auto grace = std::max<Clock::duration>(std::chrono::seconds(1), creation.timeout / 10);
+    creation.progress.inside_until.store((Clock::now() + creation.timeout + grace).time_since_epoch().count(),
+                                         std::memory_order_release);
+  }
+  try {
+    call();
+  } catch (...) {
+    creation.progress.inside_until.store(0);
+    throw;
+  }
+  creation.progress.inside_until.store(0);
 }
 
 void set_up_together(MPI_Comm group, const char* backend, const std::function<void()>& step) {
@@ -1167,12 +1286,16 @@ std::unique_ptr<Communicator> Communicator::create(Backend backend, CommOptions 
     // NCCL when the model's memory is a GPU's and every rank has a GPU of its own; MPI
     // otherwise (device buffers are then staged through host memory).
     const bool device_build = memory_kind_of_space<DeviceMemorySpace>() == MemoryKind::Device;
-    backend = device_build && detail::nccl_one_gpu_per_rank(MPI_COMM_WORLD) ? Backend::Nccl : Backend::Mpi;
+    bool nccl = false;
+    if (device_build)
+      detail::watch_creation("the MPI calls that ask whether every rank has a GPU of its own",
+                             [&] { nccl = detail::nccl_one_gpu_per_rank(MPI_COMM_WORLD); });
+    backend = nccl ? Backend::Nccl : Backend::Mpi;
   }
   static std::atomic<int> roots{0};
   const std::string path = "c" + std::to_string(roots++);
   MPI_Comm group;
-  TESSERA_CHECK_MPI(MPI_Comm_dup(MPI_COMM_WORLD, &group));
+  detail::watch_creation("MPI_Comm_dup", [&] { TESSERA_CHECK_MPI(MPI_Comm_dup(MPI_COMM_WORLD, &group)); });
   std::unique_ptr<detail::Backend> impl;
   switch (backend) {
     case Backend::Gloo:
@@ -1237,8 +1360,12 @@ std::unique_ptr<Communicator> Communicator::split(int color, int key, const std:
   op.check = s.options.check;
   s.progress.last_op.store(static_cast<std::uint8_t>(op.type));
   s.rendezvous(op);
+  // Watched: a rank that came after its peers' timeout may pass the fence on the messages
+  // they sent before giving up, and would wait in MPI_Comm_split alone (stuck() says so).
   MPI_Comm child;
-  TESSERA_CHECK_MPI(MPI_Comm_split(s.backend->group(), color < 0 ? MPI_UNDEFINED : color, key, &child));
+  s.watched(op, detail::Deadline::after(s.timeout()), 1, [&] {
+    TESSERA_CHECK_MPI(MPI_Comm_split(s.backend->group(), color < 0 ? MPI_UNDEFINED : color, key, &child));
+  });
   if (child == MPI_COMM_NULL) return nullptr;
   CommOptions options = s.options;
   options.timeout = s.timeout();  // the parent's, as set_timeout() left it

@@ -20,6 +20,9 @@
 //                      before it came (over MPI it gets past the arrival check on the messages
 //                      rank 0 sent before giving up, and used to be told a rank had stopped
 //                      in the middle of the transfer).
+// late_rank_split:     the same at a split, and late_rank_create at Communicator::create:
+//                      there rank 1, past the arrival check on rank 0's old messages, used to
+//                      wait inside MPI_Comm_split (MPI_Comm_dup) alone until the job was killed.
 // gloo_set_up_fails:   rank 1's Gloo TCP device cannot be made (a bad environment variable
 //                      of its own), the first Gloo communicator of the job; rank 0, which set
 //                      up its part, is told so instead of waiting for rank 1's address.
@@ -31,6 +34,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -173,6 +177,20 @@ int late_rank(comm::Communicator& c) {
   return 0;
 }
 
+/// Rank 1 comes 5 s late (after rank 0 met its 3 s timeout) to `call`, a split or a create.
+int late_rank_at(int rank, const char* what, const std::function<void()>& call) {
+  if (rank == 1) std::this_thread::sleep_for(std::chrono::seconds(5));
+  try {
+    call();
+    say(rank, std::string("the ") + what + " completed");
+  } catch (const TimeoutError& e) {
+    say(rank, std::string("caught TimeoutError: ") + e.message());
+  }
+  if (rank == 0) std::this_thread::sleep_for(std::chrono::seconds(12));  // answering, as in late_rank
+  say(rank, "returning from main");
+  return 0;
+}
+
 int gloo_set_up_fails(int rank) {
   if (rank == 1) setenv("TESSERA_GLOO_LOOP_SCHED", "sometimes", 1);
   try {
@@ -211,6 +229,9 @@ int main(int argc, char** argv) {
   if (scenario == "create_missing_rank") return create_missing_rank(c->rank());
   if (scenario == "recv_sender_stops") return recv_sender_stops(*c);
   if (scenario == "late_rank") return late_rank(*c);
+  if (scenario == "late_rank_split") return late_rank_at(c->rank(), "split", [&] { c->split(0, c->rank()); });
+  if (scenario == "late_rank_create")
+    return late_rank_at(c->rank(), "create", [] { comm::Communicator::create(test::backend_under_test()); });
   std::fprintf(stderr, "unknown scenario '%s'\n", scenario.c_str());
   return 2;
 }
