@@ -134,9 +134,11 @@ std::pair<std::vector<int>, std::vector<int>> gave_up_on(const std::vector<PeerS
       (p.gave_up_ago > here_for ? ranks.first : ranks.second).push_back(local(p.world_rank));
   return ranks;
 }
-constexpr const char* kCameLate =
-    "This rank came later than the timeout allows: something before this collective (a long step, I/O) held it "
-    "up, or the timeout is too short for this job.";
+/// What a rank that came after its peers' timeout is told about it; `what`: "collective".
+std::string came_late(const char* what) {
+  return std::string("This rank came later than the timeout allows: something before this ") + what +
+         " (a long step, I/O) held it up, or the timeout is too short for this job.";
+}
 std::string gave_up_text(const std::vector<int>& world_ranks, const std::vector<int>& ranks, bool before) {
   return "rank" + std::string(ranks.size() > 1 ? "s " : " ") + rank_list(world_ranks, ranks) +
          (before ? " had already given up on it at " : " gave up on it at ") + (ranks.size() > 1 ? "their" : "its") +
@@ -912,7 +914,7 @@ class CommState {
       if (!before.empty() && !after.empty()) message += ", and ";
       if (!after.empty()) message += gave_up_text(after, false);
       message += std::string(fenced ? " (this rank got past the arrival check on the messages sent before that)" : "") +
-                 ", so it cannot complete. " + kCameLate;
+                 ", so it cannot complete. " + came_late("collective");
     } else
       message += split ? ": every rank arrived at it, and one stopped or died in the middle of the split."
                  : backend->needs_fence()
@@ -1013,7 +1015,7 @@ class CommState {
                report.missing.empty() && !gave_up.empty()) {
       std::string who = gave_up_text(gave_up, true);
       who[0] = 'R';
-      message += " " + who + ", so it cannot complete. " + kCameLate;
+      message += " " + who + ", so it cannot complete. " + came_late("collective");
     } else if (fence_expired && report.missing.empty()) {
       // The fence's deadline passed, and the last rank came before the watchdog asked.
       message +=
@@ -1066,7 +1068,13 @@ Creations& creations() {
 /// timeout: a rank that came after its peers' timeout passed the rendezvous on the messages
 /// they had sent before giving up, and waits in the call alone. MPI cannot interrupt it.
 [[noreturn]] void creation_stuck(Watchdog& watchdog) {
-  const Creations& c = creations();
+  // A copy first: were the call to return meanwhile (the query below takes up to a second),
+  // the creating thread would go on to rewrite these.
+  const Creations& current = creations();
+  const std::string what = current.what, call = current.call;
+  const std::uint64_t seq = current.seq;
+  const auto timeout = current.timeout;
+  const auto began = current.began;
   const Session& session = Session::current();
   std::vector<int> world(static_cast<std::size_t>(session.size()));
   for (int r = 0; r < session.size(); ++r) world[static_cast<std::size_t>(r)] = r;
@@ -1075,27 +1083,26 @@ Creations& creations() {
     peers = watchdog.query(0, world, kQueryWait);
   } catch (...) {
   }
-  const auto [before, after] = gave_up_on(peers, c.seq, c.began, Clock::now(), [](int r) { return r; });
-  std::string message =
-      c.what + " has been inside " + c.call + " for longer than its timeout of " + seconds_text(c.timeout);
+  const auto [before, after] = gave_up_on(peers, seq, began, Clock::now(), [](int r) { return r; });
+  std::vector<int> silent;
+  for (const auto& p : peers)
+    if (!p.responded) silent.push_back(p.world_rank);
+  std::string message = what + " has been inside " + call + " for longer than its timeout of " + seconds_text(timeout);
   if (!before.empty() || !after.empty()) {
     message += ": ";
     if (!before.empty()) message += gave_up_text(world, before, true);
     if (!before.empty() && !after.empty()) message += ", and ";
     if (!after.empty()) message += gave_up_text(world, after, false);
-    message += std::string(
-                   " (this rank got past the arrival check on the messages sent before that), so it cannot "
-                   "complete. ") +
-               kCameLate;
+    message += " (this rank got past the arrival check on the messages sent before that), so it cannot complete. " +
+               came_late("create");
+  } else if (!silent.empty()) {
+    message += ": a rank that gave up on it and left, or one that stopped or died, holds it up.";
   } else {
     message += ": every rank arrived at it, and one stopped or died in the middle of it.";
   }
-  std::vector<int> silent;
-  for (const auto& p : peers)
-    if (!p.responded) silent.push_back(p.world_rank);
   if (!silent.empty())
     message += " No answer from rank" + std::string(silent.size() > 1 ? "s " : " ") + rank_list(world, silent) + ".";
-  message += std::string(" The MPI library cannot interrupt ") + c.call +
+  message += " The MPI library cannot interrupt " + call +
              ", so this process ends now. TESSERA_COMM_TIMEOUT sets the limit in seconds.";
   std::fprintf(stderr, "tessera: error: %s [rank %d]\n", message.c_str(), session.rank());
   std::fflush(stderr);
