@@ -10,7 +10,9 @@ It counts as run when
     in a test or a perf script (with the tests' ${CMAKE_CURRENT_SOURCE_DIR}/ read as tests/ and
     the perf scripts' $out/ as perf/results/); with no arguments, some test runs the program;
   - a script (scripts/, perf/, docs/examples/): the file exists, is executable when it is run
-    directly, and CI, a test or another script names it;
+    directly, and CI, a test or another script names it outside a comment line; a perf suite
+    script (perf/*.sh) counts as run by tests/check_perf_scripts.sh, which runs each of them
+    on its arguments, where a test runs that;
   - cmake or ctest: CI or the scripts run the same subcommand (cmake --build build, ctest
     --test-dir build, ...) on that directory or on one named by a variable ($BUILD_DIR);
     <placeholders> stand for anything.
@@ -37,11 +39,22 @@ def listdir(folder, suffixes):
 docs = ["README.md"] + listdir("docs", (".md",))
 runners = ["tests/CMakeLists.txt", ".ci/run"] + listdir("tests", (".sh",)) + listdir("scripts", (".sh",)) + listdir(
     "perf", (".sh", ".py", "CMakeLists.txt"))
-corpus = "\n".join(read(p) for p in runners)
-# The same paths as the docs write them.
-corpus = corpus.replace("${CMAKE_CURRENT_SOURCE_DIR}/", "tests/").replace("${PROJECT_SOURCE_DIR}/", "")
-corpus = corpus.replace('"$out/', "perf/results/").replace("$out/", "perf/results/").replace('"', "")
-corpus = re.sub(r"[ \t]+", " ", corpus)
+
+
+def runner_text(paths):
+    """The runners' lines, less their comment lines (a script named only in a comment, its own
+    usage line say, is not run by anything), with paths written as the docs write them."""
+    text = "\n".join(line for p in paths for line in read(p).splitlines() if not line.lstrip().startswith("#"))
+    text = text.replace("${CMAKE_CURRENT_SOURCE_DIR}/", "tests/").replace("${PROJECT_SOURCE_DIR}/", "")
+    text = text.replace('"$out/', "perf/results/").replace("$out/", "perf/results/").replace('"', "")
+    return re.sub(r"[ \t]+", " ", text)
+
+
+corpus = runner_text(runners)
+# The perf suite's scripts (perf/*.sh) are what the docs' perf commands run; a test runs every
+# one of them, found by a glob, on its arguments (--help, a bad one) before it would measure.
+PERF_SUITE_TEST = "tests/check_perf_scripts.sh"
+perf_suite_tested = os.path.isfile(os.path.join(root, PERF_SUITE_TEST)) and PERF_SUITE_TEST in corpus
 
 # A program (not a folder, as in architecture.md's tree) after any VAR=value settings.
 COMMAND = re.compile(r"^(?:[A-Z_][A-Z0-9_]*=\S+ )*(?:(?:mpiexec|srun|cmake|ctest|python3|/usr/bin/python3)(?:\s|$)|"
@@ -116,7 +129,10 @@ def covered(command):
         direct = not re.match(r"^(?:[A-Z_][A-Z0-9_]*=\S+ )*(python3|/usr/bin/python3)", command)
         if direct and not os.access(path, os.X_OK):
             return False, "%s is not executable" % program
-        return name in corpus, "no test, CI step or script runs %s" % program
+        if perf_suite_tested and re.match(r"^perf/[^/]+\.sh$", program) and name != "script_args.sh":
+            return True, ""
+        others = runner_text([p for p in runners if os.path.normpath(p) != os.path.normpath(program)])
+        return name in others, "no test, CI step or other script runs %s" % program
     return False, "not a command this check knows how to follow: %s" % program
 
 

@@ -112,8 +112,9 @@ int main(int argc, char** argv) {
     const auto un = static_cast<std::size_t>(n);
     if (r == 0) {
       if (info) std::printf("%s\n", tessera::describe(tessera::build_info()).c_str());
-      std::printf("tessera-collectives: %d rank%s, backend %s\n", n, n == 1 ? "" : "s",
-                  tessera::comm::backend_name(comm->backend()));
+      std::printf("tessera-collectives: %d rank%s, backend %s%s\n", n, n == 1 ? "" : "s",
+                  tessera::comm::backend_name(comm->backend()),
+                  comm->check_enabled() ? ", check mode on (every op compared across ranks first)" : "");
     }
     Demo demo(*comm, *printer);
 
