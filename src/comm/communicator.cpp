@@ -144,6 +144,43 @@ std::string gave_up_text(const std::vector<int>& world_ranks, const std::vector<
          (before ? " had already given up on it at " : " gave up on it at ") + (ranks.size() > 1 ? "their" : "its") +
          (before ? " own timeout before this rank began it" : " own timeout after this rank began it");
 }
+/// "rank 0 had already given up on it ..., and rank 2 gave up on it ...": the peers of
+/// gave_up_on (in `world_ranks`' numbering), those before this rank began first.
+std::string gave_up_clause(const std::vector<int>& world_ranks, const std::vector<int>& before,
+                           const std::vector<int>& after) {
+  std::string text;
+  if (!before.empty()) text += gave_up_text(world_ranks, before, true);
+  if (!before.empty() && !after.empty()) text += ", and ";
+  if (!after.empty()) text += gave_up_text(world_ranks, after, false);
+  return text;
+}
+/// " 1" or "s 1, 3", "s 4-1023": the ranks (as `local` maps a world rank) that did not answer
+/// the watchdog; "" where all did.
+template <class Local>
+std::string silent_ranks(const std::vector<int>& world_ranks, const std::vector<PeerStatus>& peers, Local&& local) {
+  std::vector<int> silent;
+  for (const auto& p : peers)
+    if (!p.responded) silent.push_back(local(p.world_rank));
+  if (silent.empty()) return "";
+  return (silent.size() > 1 ? "s " : " ") + rank_list(world_ranks, silent);
+}
+
+/// How long past its deadline a library call may stay before the watchdog takes it as stuck.
+Clock::duration stuck_grace(std::chrono::milliseconds timeout) {
+  return std::max<Clock::duration>(std::chrono::seconds(1), timeout / 10);
+}
+/// Runs `call`, a library call that may never return (an MPI call a peer never joins), with
+/// `progress` marked inside it until `until` (none: not watched); past that, the watchdog
+/// calls progress.on_stuck, which ends the process.
+template <class Call>
+void run_watched(Progress& progress, std::optional<Clock::time_point> until, Call&& call) {
+  if (until) progress.inside_until.store(until->time_since_epoch().count(), std::memory_order_release);
+  struct Unmark {
+    Progress& progress;
+    ~Unmark() { progress.inside_until.store(0); }
+  } unmark{progress};
+  call();
+}
 
 std::uint64_t hash_of(const Signature& sig) {
   std::uint64_t h = 1469598103934665603ull;
@@ -869,19 +906,12 @@ class CommState {
   /// the deadline, a grace and `timeouts - 1` more timeouts, the watchdog calls stuck().
   template <class Call>
   void watched(const Op& op, const Deadline& deadline, int timeouts, Call&& call) {
+    std::optional<Clock::time_point> until;
     if (!deadline.none) {
       inside_op = op;
-      const auto grace =
-          std::max<Clock::duration>(std::chrono::seconds(1), timeout() / 10) + (timeouts - 1) * timeout();
-      progress.inside_until.store((deadline.at + grace).time_since_epoch().count(), std::memory_order_release);
+      until = deadline.at + stuck_grace(timeout()) + (timeouts - 1) * timeout();
     }
-    try {
-      call();
-    } catch (...) {
-      progress.inside_until.store(0);
-      throw;
-    }
-    progress.inside_until.store(0);
+    run_watched(progress, until, std::forward<Call>(call));
   }
 
   /// Called by the watchdog thread for an op stuck inside its backend's call past its
@@ -909,10 +939,7 @@ class CommState {
                           " ranks], has been inside " + (split ? "MPI_Comm_split" : "the backend's call") +
                           " for longer than its timeout of " + seconds_text(timeout());
     if (!before.empty() || !after.empty()) {
-      message += ": ";
-      if (!before.empty()) message += gave_up_text(before, true);
-      if (!before.empty() && !after.empty()) message += ", and ";
-      if (!after.empty()) message += gave_up_text(after, false);
+      message += ": " + gave_up_clause(world_ranks, before, after);
       message += std::string(fenced ? " (this rank got past the arrival check on the messages sent before that)" : "") +
                  ", so it cannot complete. " + came_late("collective");
     } else
@@ -942,14 +969,9 @@ class CommState {
     return comm::detail::gave_up_text(world_ranks, ranks, before);
   }
 
-  /// " 1" or "s 1, 3", "s 4-1023": the ranks (of this communicator) that did not answer the
-  /// watchdog; "" where all did.
+  /// " 1" or "s 1, 3": the ranks (of this communicator) that did not answer the watchdog.
   std::string silent_ranks(const std::vector<PeerStatus>& peers) const {
-    std::vector<int> silent;
-    for (const auto& p : peers)
-      if (!p.responded) silent.push_back(local_rank(world_ranks, p.world_rank));
-    if (silent.empty()) return "";
-    return (silent.size() > 1 ? "s " : " ") + rank_list(world_ranks, silent);
+    return comm::detail::silent_ranks(world_ranks, peers, [this](int world) { return local_rank(world_ranks, world); });
   }
 
   /// Elements this rank reads from send and writes to recv.
@@ -1083,16 +1105,12 @@ Creations& creations() {
     peers = watchdog.query(0, world, kQueryWait);
   } catch (...) {
   }
-  const auto [before, after] = gave_up_on(peers, seq, began, Clock::now(), [](int r) { return r; });
-  std::vector<int> silent;
-  for (const auto& p : peers)
-    if (!p.responded) silent.push_back(p.world_rank);
+  const auto same = [](int r) { return r; };
+  const auto [before, after] = gave_up_on(peers, seq, began, Clock::now(), same);
+  const std::string silent = silent_ranks(world, peers, same);
   std::string message = what + " has been inside " + call + " for longer than its timeout of " + seconds_text(timeout);
   if (!before.empty() || !after.empty()) {
-    message += ": ";
-    if (!before.empty()) message += gave_up_text(world, before, true);
-    if (!before.empty() && !after.empty()) message += ", and ";
-    if (!after.empty()) message += gave_up_text(world, after, false);
+    message += ": " + gave_up_clause(world, before, after);
     message += " (this rank got past the arrival check on the messages sent before that), so it cannot complete. " +
                came_late("create");
   } else if (!silent.empty()) {
@@ -1100,8 +1118,7 @@ Creations& creations() {
   } else {
     message += ": every rank arrived at it, and one stopped or died in the middle of it.";
   }
-  if (!silent.empty())
-    message += " No answer from rank" + std::string(silent.size() > 1 ? "s " : " ") + rank_list(world, silent) + ".";
+  if (!silent.empty()) message += " No answer from rank" + silent + ".";
   message += " The MPI library cannot interrupt " + call +
              ", so this process ends now. TESSERA_COMM_TIMEOUT sets the limit in seconds.";
   std::fprintf(stderr, "tessera: error: %s [rank %d]\n", message.c_str(), session.rank());
@@ -1170,19 +1187,12 @@ void rendezvous_to_create(comm::Backend requested, const CommOptions& options) {
 template <class Call>
 void watch_creation(const char* name, Call&& call) {
   Creations& creation = creations();
+  std::optional<Clock::time_point> until;
   if (creation.timeout.count() > 0) {
     creation.call = name;
-    const auto grace = std::max<Clock::duration>(std::chrono::seconds(1), creation.timeout / 10);
-    creation.progress.inside_until.store((Clock::now() + creation.timeout + grace).time_since_epoch().count(),
-                                         std::memory_order_release);
+    until = Clock::now() + creation.timeout + stuck_grace(creation.timeout);
   }
-  try {
-    call();
-  } catch (...) {
-    creation.progress.inside_until.store(0);
-    throw;
-  }
-  creation.progress.inside_until.store(0);
+  run_watched(creation.progress, until, std::forward<Call>(call));
 }
 
 void set_up_together(MPI_Comm group, const char* backend, const std::function<void()>& step) {
