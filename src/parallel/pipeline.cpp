@@ -3,13 +3,10 @@
 #include <tessera/parallel/pipeline.hpp>
 
 #include <algorithm>
-#include <chrono>
+
+#include "core/clock.hpp"
 
 namespace tessera::parallel {
-namespace {
-using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-}  // namespace
 
 StageRange stage_layers(std::size_t layers, int stages, int stage) {
   if (stages < 1 || static_cast<std::size_t>(stages) > layers)
@@ -85,7 +82,7 @@ void Pipeline::forward(int m, const Input& input, const Loss& loss, double& loss
   auto y = replicas_[r]->forward(x);
   if (stage_ + 1 == stages_) loss_sum += loss(m, y, dy_[r]);
   Kokkos::DefaultExecutionSpace().fence();
-  stats_.forward_s += since(t);
+  stats_.forward_s += seconds_since(t);
   if (trace::enabled()) trace::record("step", "forward", "step", t, Clock::now());
   ++live_;
   stats_.max_in_flight = std::max(stats_.max_in_flight, live_);
@@ -115,20 +112,20 @@ void Pipeline::backward(int m, const Around& before, const Around& after) {
   if (stage_ == 0) {  // nothing to send: one pass, in the order that overlaps data-parallel reductions best
     replicas_[r]->backward(dy);
     Kokkos::DefaultExecutionSpace().fence();
-    stats_.backward_s += since(t);
+    stats_.backward_s += seconds_since(t);
     if (trace::enabled()) trace::record("step", "backward", "step", t, Clock::now());
   } else {
     // The previous stage waits for dL/dx alone: send it before the parameters' gradients,
     // which then delay nobody but this stage.
     auto dx = replicas_[r]->backward_input(dy);
     Kokkos::DefaultExecutionSpace().fence();
-    stats_.backward_s += since(t);
+    stats_.backward_s += seconds_since(t);
     if (trace::enabled()) trace::record("step", "backward (input)", "step", t, Clock::now());
     backward_sends_[r] = group_.send_async(dx, stage_ - 1, microbatches_ + m);
     t = Clock::now();
     replicas_[r]->backward_weights();
     Kokkos::DefaultExecutionSpace().fence();
-    stats_.backward_s += since(t);
+    stats_.backward_s += seconds_since(t);
     if (trace::enabled()) trace::record("step", "backward (weights)", "step", t, Clock::now());
   }
   if (after) after(m);
@@ -162,7 +159,7 @@ double Pipeline::run(const Input& input, const Loss& loss, const Around& before_
   for (auto& w : forward_sends_) w.wait();
   for (auto& w : backward_sends_) w.wait();
   group_.barrier();
-  stats_.span_s = since(start);
+  stats_.span_s = seconds_since(start);
   stats_.idle_s = std::max(0.0, stats_.span_s - stats_.forward_s - stats_.backward_s);
   return loss_sum;
 }

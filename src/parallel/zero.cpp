@@ -2,15 +2,13 @@
 #include <tessera/parallel/zero.hpp>
 
 #include <algorithm>
-#include <chrono>
 
+#include "core/clock.hpp"
 #include "core/range.hpp"
 #include "parallel/replicas.hpp"
 
 namespace tessera::parallel {
 namespace {
-using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 template <class T>
 using Span = Kokkos::View<T*, DeviceMemorySpace, Kokkos::MemoryUnmanaged>;
@@ -230,7 +228,7 @@ void ZeroDataParallel::wait(std::vector<comm::Work>& works, double* also) {
   const auto t = Clock::now();
   for (auto& w : works) w.wait();
   works.clear();
-  const double s = since(t);
+  const double s = seconds_since(t);
   if (also != nullptr) {
     *also += s;
     stats_.exposed_s += s;  // waits outside finish_*, which time themselves
@@ -312,7 +310,7 @@ void ZeroDataParallel::harvest(std::size_t b) {
   const auto t = Clock::now();
   for (auto& w : work_[b]) w.wait();
   work_[b].clear();
-  const double waited = since(t);
+  const double waited = seconds_since(t);
   if (!in_finish_) {  // waited inside backward, for a buffer; finish_* time their own waits
     stats_.waited_in_backward_s += waited;
     stats_.exposed_s += waited;
@@ -350,7 +348,7 @@ void ZeroDataParallel::hand_over(std::size_t b) {
   if (lo == hi) return;
   const auto t = Clock::now();
   on_bucket_(lo - mine, hi - lo);
-  stats_.on_bucket_s += since(t);
+  stats_.on_bucket_s += seconds_since(t);
 }
 
 void ZeroDataParallel::end_backward() {
@@ -375,7 +373,7 @@ void ZeroDataParallel::end_backward() {
   for (const std::size_t b : launch_order_)
     if (!harvested_[b]) harvest(b);
   in_finish_ = false;
-  const double s = since(t);
+  const double s = seconds_since(t);
   stats_.exposed_s += s;
   stats_.waited_in_backward_s += s;  // the loop times this call as part of backward
   reset_micro_step();
@@ -416,7 +414,7 @@ void ZeroDataParallel::finish_gradient_sync() {
   in_finish_ = false;
   reset_micro_step();
   on_bucket_ = nullptr;
-  stats_.exposed_s += since(start) - (stats_.on_bucket_s - before);
+  stats_.exposed_s += seconds_since(start) - (stats_.on_bucket_s - before);
 }
 
 void ZeroDataParallel::finish_step() {
@@ -434,7 +432,7 @@ void ZeroDataParallel::finish_step() {
         works.push_back(comm_.broadcast_async(buffer(values + partition_.begin(r), partition_.size(r)), r));
     for (auto& w : works) w.wait();
   }
-  stats_.exposed_s += since(start);
+  stats_.exposed_s += seconds_since(start);
 }
 
 // -- stage 3: parameters gathered per unit -------------------------------------------------

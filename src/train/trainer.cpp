@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "core/clock.hpp"
 #include "core/range.hpp"
 #include "kernels/gemm.hpp"
 #include "kernels/host_loops.hpp"
@@ -20,8 +21,6 @@
 
 namespace tessera::train {
 namespace {
-using Clock = std::chrono::steady_clock;
-double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 /// g *= s.
 void scale_in_place(const View2D<float>& g, float s) {
@@ -518,7 +517,7 @@ StepMetrics Trainer::step() {
     const auto loading = Clock::now();
     dataset_->load(micro_indices_, inputs_, targets_, labels_);
     mark("load batch", loading);
-    m.data_s += since(loading);
+    m.data_s += seconds_since(loading);
     if (pipeline_) {
       // The micro-step's batch as M pipeline micro-batches; the last stage computes the loss
       // of each, whose gradient is divided by every mean it enters (micro-steps, ranks,
@@ -571,7 +570,7 @@ StepMetrics Trainer::step() {
     }
     Kokkos::DefaultExecutionSpace().fence();
     mark("forward", t);
-    m.forward_s += since(t);
+    m.forward_s += seconds_since(t);
     const bool last = k + 1 == config_.accum;
     // DDP and ZeRO stage 1 add micro-steps up locally and communicate on the last only;
     // stages 2 and 3 keep no whole gradient and reduce every micro-step.
@@ -583,7 +582,7 @@ StepMetrics Trainer::step() {
     strategy_->end_backward();
     mark("backward", t);
     // Updates run inside backward (one rank) count as the optimizer's time.
-    m.backward_s += since(t) - (last ? strategy_->last_sync().on_bucket_s : 0.0);
+    m.backward_s += seconds_since(t) - (last ? strategy_->last_sync().on_bucket_s : 0.0);
   }
   const auto syncing = Clock::now();
   strategy_->finish_gradient_sync();
@@ -595,7 +594,7 @@ StepMetrics Trainer::step() {
     optimizer_->update(0, optimizer_->size());
   }
   double grad_sq = optimizer_->grad_square_sum();  // summed by the updates as they read the gradients
-  m.optimizer_s = strategy_->last_sync().on_bucket_s + since(t);
+  m.optimizer_s = strategy_->last_sync().on_bucket_s + seconds_since(t);
   mark("optimizer", t);
   const auto gathering = Clock::now();
   strategy_->finish_step();
@@ -643,7 +642,7 @@ StepMetrics Trainer::step() {
     throw NonFiniteError(what.str());
   }
   last_finite_loss_ = m.loss;
-  m.step_time_s = since(start);
+  m.step_time_s = seconds_since(start);
   m.samples_per_s = static_cast<double>(config_.global_batch) / m.step_time_s;
   m.model_state_bytes = store_.resident_bytes() + optimizer_->state_bytes();
   m.working_bytes = strategy_->working_bytes();
