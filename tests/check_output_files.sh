@@ -31,6 +31,11 @@ expect() {
   fi
 }
 np2=("${launcher[@]}" 2)
+# A run refused before any work, on every rank alike: Open MPI's mpiexec need not wait its
+# odls_base_sigkill_timeout (1 s) after the ranks exit non-zero before ending the job. The runs
+# that fail while writing keep that wait, the time a rank has to clean up if the launcher
+# takes it down first.
+refused2=(env OMPI_MCA_odls_base_sigkill_timeout=0 "${np2[@]}")
 rm -rf outputs && mkdir outputs && cd outputs || exit 1
 
 echo "== a failed run leaves an existing --metrics file as it was; a finished one replaces it"
@@ -64,32 +69,32 @@ head -c 8 real/model.h5 | grep -q HDF || fail "real/model.h5 is not an HDF5 file
 
 echo "== a FIFO (or device) is refused, and stays"
 mkfifo pipe.h5
-expect nonzero "--save 'pipe.h5': is not a regular file" "${np2[@]}" "$train" "${small[@]}" --save pipe.h5
-expect nonzero "--metrics 'pipe.h5': is not a regular file" "${np2[@]}" "$train" "${small[@]}" --metrics pipe.h5
+expect nonzero "--save 'pipe.h5': is not a regular file" "${refused2[@]}" "$train" "${small[@]}" --save pipe.h5
+expect nonzero "--metrics 'pipe.h5': is not a regular file" "${refused2[@]}" "$train" "${small[@]}" --metrics pipe.h5
 [ -p pipe.h5 ] || fail "pipe.h5 is no longer a FIFO"
 
 echo "== two outputs on one file, or an output on an input, are refused before any work"
 printf '[model]\nlayers = 2\ndim = 16\n[train]\nbatch = 16\nsteps = 2\n' > run.toml
 cp run.toml run.toml.orig
-expect nonzero "--metrics 'run.toml' is the --config file this run reads" "${np2[@]}" "$train" --config run.toml --metrics run.toml
-expect nonzero "--trace './run.toml' is the --config file this run reads" "${np2[@]}" "$train" --config run.toml --trace ./run.toml
+expect nonzero "--metrics 'run.toml' is the --config file this run reads" "${refused2[@]}" "$train" --config run.toml --metrics run.toml
+expect nonzero "--trace './run.toml' is the --config file this run reads" "${refused2[@]}" "$train" --config run.toml --trace ./run.toml
 cmp -s run.toml run.toml.orig || fail "run.toml was changed"
-expect nonzero "--metrics 'same.out' is also the --save file" "${np2[@]}" "$train" "${small[@]}" --metrics same.out --save "$PWD/same.out"
+expect nonzero "--metrics 'same.out' is also the --save file" "${refused2[@]}" "$train" "${small[@]}" --metrics same.out --save "$PWD/same.out"
 [ -e same.out ] && fail "same.out was written by a run that was refused"
 echo '{}' > linked.jsonl && ln -f linked.jsonl linked.trace.json
-expect nonzero "--metrics 'linked.jsonl' is also the --trace file" "${np2[@]}" "$train" "${small[@]}" --metrics linked.jsonl --trace linked.trace.json
+expect nonzero "--metrics 'linked.jsonl' is also the --trace file" "${refused2[@]}" "$train" "${small[@]}" --metrics linked.jsonl --trace linked.trace.json
 [ "$(stat -c %h linked.jsonl)" = 2 ] || fail "the hard links were parted by a run that was refused"
-expect nonzero "--json 'run.toml' is the --config file this run reads" "${np2[@]}" "$bench_train" --config run.toml --json run.toml
+expect nonzero "--json 'run.toml' is the --config file this run reads" "${refused2[@]}" "$bench_train" --config run.toml --json run.toml
 cmp -s run.toml run.toml.orig || fail "run.toml was changed by the benchmark"
 
 echo "== --config names a directory"
 mkdir -p adir
-expect nonzero "config file 'adir' is a directory" "${np2[@]}" "$train" --config adir
+expect nonzero "config file 'adir' is a directory" "${refused2[@]}" "$train" --config adir
 
 echo "== the benchmarks check --json before any work, and take tessera-train's config files"
-expect nonzero "--json 'nodir/b.json': the directory 'nodir' does not exist" "${np2[@]}" "$bench_train" --model.layers 2 --model.dim 16 --train.batch 16 --json nodir/b.json
+expect nonzero "--json 'nodir/b.json': the directory 'nodir' does not exist" "${refused2[@]}" "$bench_train" --model.layers 2 --model.dim 16 --train.batch 16 --json nodir/b.json
 grep -q "per rank" <<<"$out" && fail "tessera-bench-train ran before refusing --json"
-expect nonzero "--json 'adir': is a directory" "${np2[@]}" "$bench_collectives" -b 1K -e 1K -n 2 -w 1 --json adir
+expect nonzero "--json 'adir': is a directory" "${refused2[@]}" "$bench_collectives" -b 1K -e 1K -n 2 -w 1 --json adir
 grep -q "all_reduce" <<<"$out" && fail "tessera-bench-collectives ran before refusing --json"
 expect 0 "results written to b.json" "${np2[@]}" "$bench_train" --config run.toml --bench.steps 3 --bench.warmup 1 --json b.json
 grep -qF "note: --train.steps is tessera-train's; the benchmark runs --bench.warmup + --bench.steps steps" <<<"$out" ||
