@@ -32,8 +32,8 @@ expect() {
 }
 np2=("${launcher[@]}" 2)
 # A run refused before any work, on every rank alike: Open MPI's mpiexec need not wait its
-# odls_base_sigkill_timeout (1 s) after the ranks exit non-zero before ending the job. The runs
-# that fail while writing keep that wait, the time a rank has to clean up if the launcher
+# odls_base_sigkill_timeout (1 s) after the ranks exit non-zero (expect_failure.sh). The runs
+# here that fail while writing keep that wait, the time a rank has to clean up if the launcher
 # takes it down first.
 refused2=(env OMPI_MCA_odls_base_sigkill_timeout=0 "${np2[@]}")
 rm -rf outputs && mkdir outputs && cd outputs || exit 1

@@ -15,9 +15,11 @@ while true; do
 done
 pattern="$1"
 shift
-# After a rank exits non-zero, Open MPI's mpiexec waits odls_base_sigkill_timeout (1 s) before
-# it takes the job down, even when every rank has already ended, as the ranks of a run that
-# fails alike do: 1 to 2 s of each test here. A launcher that is not Open MPI ignores this.
+# After a rank exits non-zero, Open MPI's mpiexec takes the job down with signals 1 s apart
+# (odls_base_sigkill_timeout), even when every rank has already ended: 1 to 2 s of each test
+# here. An app's output is out by then: ranks that fail alike print, then meet at the Session's
+# last fence before any exits, and a rank that aborts the job prints first. A launcher that is
+# not Open MPI ignores this.
 export OMPI_MCA_odls_base_sigkill_timeout="${OMPI_MCA_odls_base_sigkill_timeout:-0}"
 output=$("$@" 2>&1)
 rc=$?

@@ -209,9 +209,14 @@ inline int run_app(int argc, char** argv, CLI::App& app, Outputs outputs, const 
       if (session.rank() == 0) std::fprintf(stderr, "%s: error: %s\n", name.c_str(), e.message().c_str());
       return 2;
     }
+    // What the app printed goes out before the ranks part: where a pipe holds stdout, the
+    // launcher that takes the job down once another rank has exited would lose it.
     try {
-      return body(session);
+      const int status = body(session);
+      std::fflush(stdout);
+      return status;
     } catch (const std::exception& e) {
+      std::fflush(stdout);
       detail::quiet_stop_signals();
       const auto* error = dynamic_cast<const Error*>(&e);
       const std::string text = error != nullptr ? error->message() : e.what();
