@@ -164,6 +164,27 @@ class Backend {
 /// others throw a CommError that names the first rank that failed.
 void set_up_together(MPI_Comm group, const char* backend, const std::function<void()>& step);
 
+/// Names, while it lives, the library call a backend's set-up is inside (`call`,
+/// "ncclCommInitRank", of `library`, "NCCL"), and what a user can do when it does not end
+/// (`hint`, or nullptr), for the diagnosis of a set-up that outlives twice its timeout:
+/// Communicator::create and split watch every communicator's set-up, and end the process
+/// there. Outside such a set-up it names nothing. The texts must live as long as the program
+/// (literals).
+class SetUpStep {
+ public:
+  SetUpStep(const char* call, const char* library, const char* hint) noexcept;
+  SetUpStep(const SetUpStep&) = delete;
+  SetUpStep& operator=(const SetUpStep&) = delete;
+  ~SetUpStep();
+
+ private:
+  void* set_up_;  // the set-up this thread runs (none: the step names nothing)
+  const char* previous_[3] = {nullptr, nullptr, nullptr};
+};
+/// For tests only: called, where set, at the start of every watched communicator set-up, on
+/// the thread that runs it (tests/fault stops a rank there). None by default.
+extern void (*set_up_test_hook)();
+
 std::unique_ptr<Backend> make_mpi_backend(MPI_Comm group);
 std::unique_ptr<Backend> make_gloo_backend(MPI_Comm group, const CommOptions& options);
 std::unique_ptr<Backend> make_nccl_backend(MPI_Comm group, const CommOptions& options);

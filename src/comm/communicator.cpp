@@ -53,6 +53,21 @@ std::uint64_t fnv1a(const std::string& s) {
   return h;
 }
 
+/// The world rank of each rank of `group`, in the group's numbering.
+std::vector<int> world_ranks_of(MPI_Comm group) {
+  int size = 0;
+  TESSERA_CHECK_MPI(MPI_Comm_size(group, &size));
+  MPI_Group mine, world;
+  TESSERA_CHECK_MPI(MPI_Comm_group(group, &mine));
+  TESSERA_CHECK_MPI(MPI_Comm_group(MPI_COMM_WORLD, &world));
+  std::vector<int> local(static_cast<std::size_t>(size)), ranks(local.size());
+  for (int i = 0; i < size; ++i) local[static_cast<std::size_t>(i)] = i;
+  TESSERA_CHECK_MPI(MPI_Group_translate_ranks(mine, size, local.data(), world, ranks.data()));
+  TESSERA_CHECK_MPI(MPI_Group_free(&mine));
+  TESSERA_CHECK_MPI(MPI_Group_free(&world));
+  return ranks;
+}
+
 std::string seconds_text(std::chrono::milliseconds ms) {
   char text[32];
   std::snprintf(text, sizeof text, "%g s", static_cast<double>(ms.count()) / 1000.0);
@@ -250,6 +265,8 @@ ArrivalReport arrivals(const std::vector<PeerStatus>& peers, const std::vector<i
                    std::to_string(e.peer) + " on communicator '" + e.communicator + "'";
         else if (e.busy && e.communicator.empty())
           where += " and waiting to create a communicator (Communicator::create #" + std::to_string(e.seq) + ")";
+        else if (e.busy && e.op == kSetUpOp)
+          where += " and setting up communicator '" + e.communicator + "'";
         else if (e.busy)
           where += std::string(" and waiting in ") + op_name(static_cast<OpType>(e.op)) + " #" + std::to_string(e.seq) +
                    " on communicator '" + e.communicator + "'";
@@ -282,15 +299,7 @@ class CommState {
     TESSERA_CHECK_MPI(MPI_Comm_rank(backend->group(), &rank));
     TESSERA_CHECK_MPI(MPI_Comm_size(backend->group(), &size));
     TESSERA_CHECK_MPI(MPI_Comm_dup(backend->group(), &fence_comm));
-    MPI_Group mine, world;
-    TESSERA_CHECK_MPI(MPI_Comm_group(backend->group(), &mine));
-    TESSERA_CHECK_MPI(MPI_Comm_group(MPI_COMM_WORLD, &world));
-    std::vector<int> local(static_cast<std::size_t>(size));
-    for (int i = 0; i < size; ++i) local[static_cast<std::size_t>(i)] = i;
-    world_ranks.resize(local.size());
-    TESSERA_CHECK_MPI(MPI_Group_translate_ranks(mine, size, local.data(), world, world_ranks.data()));
-    TESSERA_CHECK_MPI(MPI_Group_free(&mine));
-    TESSERA_CHECK_MPI(MPI_Group_free(&world));
+    world_ranks = world_ranks_of(backend->group());
     progress.on_stuck = [this](Watchdog& watchdog) { stuck(watchdog); };
     // A peer's watchdog reads an empty name as "creating a communicator" (Communicator::create's
     // rendezvous), so a communicator named "" is named for the messages.
@@ -1213,6 +1222,155 @@ void set_up_together(MPI_Comm group, const char* backend, const std::function<vo
                     __FILE__, __LINE__);
 }
 
+void (*set_up_test_hook)() = nullptr;
+
+namespace {
+/// A communicator's set-up running on this rank (after Communicator::create's MPI_Comm_dup or
+/// a split's MPI_Comm_split: its backend's set-up and the Communicator's own calls), watched.
+/// Its progress is registered with the watchdog, for the set-up's length, under an id every
+/// rank of it derives from the communicator's path: a peer asked about it answers whether it
+/// is inside this same set-up. Its fields are written before it is registered; the step's
+/// texts (SetUpStep's, literals) change while it runs.
+struct SetUp {
+  std::uint64_t id = 0;
+  Progress progress;
+  std::string what;              // "Communicator::create #2 (backend nccl)"
+  std::vector<int> world_ranks;  // of the communicator being set up, in its numbering
+  int rank = 0;                  // this rank's number in it
+  std::chrono::milliseconds timeout{0};
+  std::atomic<const char*> call{nullptr}, library{nullptr}, hint{nullptr};
+};
+/// The set-up this thread runs (SetUpStep names its steps); none outside one.
+thread_local SetUp* current_set_up = nullptr;
+
+/// Called by the watchdog thread when a communicator's set-up has not ended past its limit: a
+/// rank stopped or died in the middle of it, or the backend's own connection between the ranks
+/// does not come up (NCCL's bootstrap waits for every rank without a deadline). Neither MPI nor
+/// a blocking NCCL set-up can be interrupted, so this process ends, with the diagnosis; unless
+/// the set-up ended meanwhile (it may, while the peers are asked).
+void set_up_stuck(SetUp& s, Watchdog& watchdog) {
+  const auto ended = [&] { return s.progress.inside_until.load() == 0; };
+  if (ended()) return;
+  std::vector<PeerStatus> peers;
+  try {
+    peers = watchdog.query(s.id, s.world_ranks, kQueryWait);
+  } catch (...) {
+  }
+  if (ended()) return;
+  const char* call = s.call.load();
+  const char* library = s.library.load();
+  const char* hint = s.hint.load();
+  const auto& world = s.world_ranks;
+  // The peers that did not answer, and those that answered from outside this set-up (the rest
+  // are inside it, as this rank is).
+  std::vector<int> silent, outside;
+  for (const auto& p : peers) {
+    const int r = local_rank(world, p.world_rank);
+    if (r == s.rank) continue;
+    if (!p.responded)
+      silent.push_back(r);
+    else if (!p.member || p.running_seq == 0)
+      outside.push_back(r);
+  }
+  const bool asked = peers.size() + 1 == world.size();
+  const auto ranks = [&](const std::vector<int>& r) {
+    return "rank" + std::string(r.size() > 1 ? "s " : " ") + rank_list(world, r);
+  };
+  const auto outside_text = [&] {
+    return ranks(outside) +
+           (outside.size() > 1 ? " are not in it (they left it with errors of their own, which they report, or have"
+                               : " is not in it (it left it with an error of its own, which it reports, or has") +
+           " not come to it yet)";
+  };
+  std::string message = s.what + " has been setting up its communicator of " + std::to_string(world.size()) +
+                        " ranks for longer than twice its timeout of " + seconds_text(s.timeout) + ", inside " +
+                        (call != nullptr ? call : "the MPI calls of the set-up");
+  if (!asked) {
+    message += ": its peers could not be asked where they are.";
+  } else if (!silent.empty()) {
+    message += ": no answer from " + ranks(silent) + ", which stopped or died in the middle of it";
+    if (!outside.empty()) message += "; " + outside_text();
+    message += ".";
+  } else if (!outside.empty()) {
+    message += ": " + outside_text() + ".";
+  } else {
+    message += std::string(": every rank of it is inside it, and it does not end") +
+               (call != nullptr ? ": the backend cannot connect the ranks." : ".");
+  }
+  if (hint != nullptr && *hint != '\0') message += std::string(" ") + hint;
+  message += std::string(" ") + (library != nullptr ? library : "MPI") + " cannot interrupt " +
+             (call != nullptr ? call : "those calls") +
+             ", so this process ends now. TESSERA_COMM_TIMEOUT sets the limit in seconds.";
+  std::fprintf(stderr, "tessera: error: %s [rank %d]\n", message.c_str(), world[static_cast<std::size_t>(s.rank)]);
+  std::fflush(stderr);
+  remove_unfinished_files();  // _Exit runs no destructor: the copies being written go now
+  // Every rank of a set-up that cannot connect meets its limit at about the same moment, and
+  // asks the others: where one answered, this rank answers a while longer before it ends, so
+  // that one that asks after this rank had its answers is not told this rank stopped or died.
+  if (silent.size() + 1 < world.size()) {
+    try {
+      watchdog.answer_for(kQueryWait);
+    } catch (...) {
+    }
+  }
+  std::_Exit(EXIT_FAILURE);
+}
+}  // namespace
+
+SetUpStep::SetUpStep(const char* call, const char* library, const char* hint) noexcept : set_up_(current_set_up) {
+  if (set_up_ == nullptr) return;
+  auto& s = *static_cast<SetUp*>(set_up_);
+  previous_[0] = s.call.exchange(call);
+  previous_[1] = s.library.exchange(library);
+  previous_[2] = s.hint.exchange(hint);
+}
+SetUpStep::~SetUpStep() {
+  if (set_up_ == nullptr) return;
+  auto& s = *static_cast<SetUp*>(set_up_);
+  s.call.store(previous_[0]);
+  s.library.store(previous_[1]);
+  s.hint.store(previous_[2]);
+}
+
+/// Runs `body`, the set-up of the communicator at `path` on `group` (its backend's and the
+/// Communicator's own calls, after the MPI call that made the group), watched: past twice
+/// `timeout` and a grace (its local work, a GPU's context or a host name's lookup, comes on
+/// top of the waits for the peers; a Gloo pair's connect takes a whole timeout to fail), the
+/// watchdog ends this process with set_up_stuck's diagnosis. A rank that stops or dies in the
+/// middle of it, or an NCCL bootstrap that cannot reach a rank, would otherwise hold every
+/// other rank of it there silently. `what` names it ("Communicator::create #2 (backend nccl)"),
+/// `name` is the communicator's.
+template <class Body>
+void watch_set_up(std::string what, const std::string& path, const std::string& name, MPI_Comm group,
+                  std::chrono::milliseconds timeout, Body&& body) {
+  SetUp s;
+  s.id = fnv1a(path + "#set-up");
+  TESSERA_CHECK_MPI(MPI_Comm_rank(group, &s.rank));
+  s.world_ranks = world_ranks_of(group);
+  s.what = std::move(what);
+  s.timeout = timeout;
+  // A peer asked about another communicator says this rank is setting this one up.
+  s.progress.name = name.empty() ? "(unnamed)" : name;
+  s.progress.set_up = true;
+  s.progress.running_seq.store(1);
+  s.progress.on_stuck = [&s](Watchdog& w) { set_up_stuck(s, w); };
+  std::optional<Clock::time_point> until;
+  if (timeout.count() > 0) until = Clock::now() + 2 * timeout + stuck_grace(timeout);
+  Watchdog::instance().add(s.id, &s.progress);
+  struct Done {
+    SetUp& s;
+    ~Done() {
+      current_set_up = nullptr;
+      Watchdog::remove(s.id);  // after this, the watchdog no longer reads s
+    }
+  } done{s};
+  current_set_up = &s;
+  run_watched(s.progress, until, [&] {
+    if (set_up_test_hook != nullptr) set_up_test_hook();
+    body();
+  });
+}
+
 }  // namespace detail
 
 using detail::Op;
@@ -1299,6 +1457,7 @@ std::unique_ptr<Communicator> Communicator::create(Backend backend, CommOptions 
                            " backend is not compiled in; rebuild with TESSERA_ENABLE_" +
                            (backend == Backend::Gloo ? "GLOO" : "NCCL") + "=ON");
   detail::rendezvous_to_create(backend, options);
+  const Backend requested = backend;
   if (backend == Backend::Auto) {
     // NCCL when the model's memory is a GPU's and every rank has a GPU of its own; MPI
     // otherwise (device buffers are then staged through host memory).
@@ -1313,19 +1472,27 @@ std::unique_ptr<Communicator> Communicator::create(Backend backend, CommOptions 
   const std::string path = "c" + std::to_string(roots++);
   MPI_Comm group;
   detail::watch_creation("MPI_Comm_dup", [&] { TESSERA_CHECK_MPI(MPI_Comm_dup(MPI_COMM_WORLD, &group)); });
-  std::unique_ptr<detail::Backend> impl;
-  switch (backend) {
-    case Backend::Gloo:
-      impl = detail::make_gloo_backend(group, options);
-      break;
-    case Backend::Nccl:
-      impl = detail::make_nccl_backend(group, options);
-      break;
-    default:
-      impl = detail::make_mpi_backend(group);
-      break;
-  }
-  return std::make_unique<Communicator>(std::move(impl), std::move(options), path);
+  // "Communicator::create #2 (backend auto: nccl)" where Auto chose.
+  std::string what = detail::creations().what;
+  if (requested == Backend::Auto) what.insert(what.size() - 1, std::string(": ") + backend_name(backend));
+  std::unique_ptr<Communicator> made;
+  const std::string name = options.name;
+  detail::watch_set_up(std::move(what), path, name, group, options.timeout, [&] {
+    std::unique_ptr<detail::Backend> impl;
+    switch (backend) {
+      case Backend::Gloo:
+        impl = detail::make_gloo_backend(group, options);
+        break;
+      case Backend::Nccl:
+        impl = detail::make_nccl_backend(group, options);
+        break;
+      default:
+        impl = detail::make_mpi_backend(group);
+        break;
+    }
+    made = std::make_unique<Communicator>(std::move(impl), std::move(options), path);
+  });
+  return made;
 }
 
 bool backend_compiled(Backend backend) noexcept {
@@ -1387,9 +1554,16 @@ std::unique_ptr<Communicator> Communicator::split(int color, int key, const std:
   CommOptions options = s.options;
   options.timeout = s.timeout();  // the parent's, as set_timeout() left it
   options.name = name.empty() ? s.options.name + "." + std::to_string(color) : name;
-  auto backend = s.backend->make_child(child, options);
-  return std::make_unique<Communicator>(std::move(backend), std::move(options),
-                                        s.path + "/" + std::to_string(index) + ":" + std::to_string(color));
+  const std::string path = s.path + "/" + std::to_string(index) + ":" + std::to_string(color);
+  const std::string child_name = options.name;
+  std::unique_ptr<Communicator> made;
+  detail::watch_set_up("split #" + std::to_string(index) + " of communicator '" + s.options.name + "' into '" +
+                           child_name + "' (backend " + backend_name(s.backend->kind()) + ")",
+                       path, child_name, child, options.timeout, [&] {
+                         auto backend = s.backend->make_child(child, options);
+                         made = std::make_unique<Communicator>(std::move(backend), std::move(options), path);
+                       });
+  return made;
 }
 
 namespace {

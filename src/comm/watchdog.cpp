@@ -120,7 +120,7 @@ void Watchdog::answer_questions(bool registry_locked) {
       if (reply.running_seq == 0)
         for (const auto& [id, progress] : registry_) {
           const std::uint64_t seq = progress->running_seq.load();
-          if (id == comm_id || seq == 0) continue;
+          if (id == comm_id || seq == 0 || progress->set_up) continue;
           reply.busy_seq = seq;
           reply.busy_op = progress->running_op.load();
           std::snprintf(reply.busy_name, sizeof reply.busy_name, "%s", progress->name.c_str());
@@ -132,6 +132,14 @@ void Watchdog::answer_questions(bool registry_locked) {
           if (waiting == 0) continue;
           reply.busy_op = static_cast<std::uint8_t>(waiting >> 32);
           reply.busy_peer = static_cast<std::int32_t>(waiting & 0xffffffffu);
+          std::snprintf(reply.busy_name, sizeof reply.busy_name, "%s", progress->name.c_str());
+          break;
+        }
+      if (reply.running_seq == 0 && reply.busy_seq == 0 && reply.busy_peer == 0)
+        for (const auto& [id, progress] : registry_) {
+          if (id == comm_id || !progress->set_up || progress->running_seq.load() == 0) continue;
+          reply.busy_seq = 1;
+          reply.busy_op = kSetUpOp;
           std::snprintf(reply.busy_name, sizeof reply.busy_name, "%s", progress->name.c_str());
           break;
         }
@@ -164,6 +172,14 @@ void Watchdog::loop() {
     }
     lock.lock();
     stop_cv_.wait_for(lock, std::chrono::milliseconds(5));
+  }
+}
+
+void Watchdog::answer_for(std::chrono::milliseconds duration) {
+  const auto until = Clock::now() + duration;
+  while (Clock::now() < until) {
+    answer_questions(true);
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
 }
 

@@ -61,7 +61,14 @@ struct Progress {
   /// before the watchdog is told of it: a peer's question about another communicator is
   /// answered with it, since that peer may hold another group of the same name (another id).
   std::string name;
+  /// True for a communicator's set-up (Communicator::create's or split's, under an id of its
+  /// own), whose running_seq is not 0 while it runs: a peer asked about another communicator
+  /// is told so (kSetUpOp) only where this rank runs no collective and waits for no transfer.
+  bool set_up = false;
 };
+
+/// Elsewhere::op of a rank setting up a communicator (no OpType).
+constexpr std::uint8_t kSetUpOp = 254;
 
 /// What a rank is busy with on another communicator than the one asked about.
 struct Elsewhere {
@@ -104,6 +111,10 @@ class Watchdog {
   static void remove(std::uint64_t comm_id);
   /// Asks each world rank in `ranks` (this rank excluded) about comm_id; waits up to `wait`.
   std::vector<PeerStatus> query(std::uint64_t comm_id, const std::vector<int>& ranks, std::chrono::milliseconds wait);
+  /// Answers the peers' questions for `duration`; from on_stuck only (the watchdog's thread,
+  /// the registry locked), before the process ends: a peer stuck alike at the same moment,
+  /// asking now, is then told where this rank is instead of finding it silent.
+  void answer_for(std::chrono::milliseconds duration);
 
  private:
   Watchdog();

@@ -23,6 +23,17 @@
 // late_rank_split:     the same at a split, and late_rank_create at Communicator::create:
 //                      there rank 1, past the arrival check on rank 0's old messages, used to
 //                      wait inside MPI_Comm_split (MPI_Comm_dup) alone until the job was killed.
+// stop_in_set_up:      rank 1 stops (SIGSTOP) at the start of a communicator's set-up (its
+//                      backend's, after the MPI_Comm_dup), and stop_in_split_set_up at a
+//                      split's (after the MPI_Comm_split): rank 0, left in a set-up call
+//                      that cannot time out (MPI's; NCCL's ncclCommInitRank), used to wait
+//                      there silently until the job was killed.
+// set_up_fails_alone:  rank 1's set-up raises an error of its own before any collective call
+//                      of it (not agreed on, as set_up_together's steps are); rank 0, left in
+//                      the set-up's MPI call, is told that rank 1 is alive and not in it.
+// set_up_never_ends:   every rank stays in a set-up call that never returns, named as
+//                      the NCCL backend names ncclCommInitRank (whose bootstrap waits for
+//                      every rank without a deadline): each must end with the diagnosis.
 // gloo_set_up_fails:   rank 1's Gloo TCP device cannot be made (a bad environment variable
 //                      of its own), the first Gloo communicator of the job; rank 0, which set
 //                      up its part, is told so instead of waiting for rank 1's address.
@@ -42,6 +53,7 @@
 
 #include <tessera/tessera.hpp>
 
+#include "comm/backend.hpp"
 #include "test_support.hpp"
 
 namespace {
@@ -191,6 +203,53 @@ int late_rank_at(int rank, const char* what, const std::function<void()>& call) 
   return 0;
 }
 
+/// Rank 1 stops at the start of the next communicator set-up that `call` runs (the test hook
+/// runs inside the watched set-up, on every rank); rank 0 must end with the diagnosis.
+int stop_in_set_up(int rank, const char* what, const std::function<void()>& call) {
+  static int stopping_rank = -1;
+  stopping_rank = rank == 1 ? 1 : -1;
+  comm::detail::set_up_test_hook = [] {
+    if (stopping_rank == 1) raise(SIGSTOP);  // never continued
+  };
+  try {
+    call();
+    say(rank, std::string("the ") + what + " completed");
+  } catch (const Error& e) {
+    say(rank, std::string("caught: ") + e.what());
+  }
+  comm::detail::set_up_test_hook = nullptr;
+  say(rank, "returning from main");
+  return 0;
+}
+
+int set_up_fails_alone(int rank) {
+  static int failing_rank = -1;
+  failing_rank = rank == 1 ? 1 : -1;
+  comm::detail::set_up_test_hook = [] {
+    if (failing_rank == 1) throw CommError("a set-up step failed on this rank alone");
+  };
+  try {
+    comm::Communicator::create(test::backend_under_test());
+    say(rank, "the create completed");
+  } catch (const Error& e) {
+    say(rank, std::string("caught: ") + e.what());
+  }
+  comm::detail::set_up_test_hook = nullptr;
+  std::this_thread::sleep_for(std::chrono::seconds(10));  // alive, answering rank 0's watchdog
+  say(rank, "returning from main");
+  return 0;
+}
+
+int set_up_never_ends(int rank) {
+  comm::detail::set_up_test_hook = [] {
+    const comm::detail::SetUpStep step("test_connect", "The test library", "The hint for this step.");
+    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+  };
+  comm::Communicator::create(test::backend_under_test());
+  say(rank, "the create completed");
+  return 0;
+}
+
 int gloo_set_up_fails(int rank) {
   if (rank == 1) setenv("TESSERA_GLOO_LOOP_SCHED", "sometimes", 1);
   try {
@@ -232,6 +291,11 @@ int main(int argc, char** argv) {
   if (scenario == "late_rank_split") return late_rank_at(c->rank(), "split", [&] { c->split(0, c->rank()); });
   if (scenario == "late_rank_create")
     return late_rank_at(c->rank(), "create", [] { comm::Communicator::create(test::backend_under_test()); });
+  if (scenario == "stop_in_set_up")
+    return stop_in_set_up(c->rank(), "create", [] { comm::Communicator::create(test::backend_under_test()); });
+  if (scenario == "set_up_never_ends") return set_up_never_ends(c->rank());
+  if (scenario == "set_up_fails_alone") return set_up_fails_alone(c->rank());
+  if (scenario == "stop_in_split_set_up") return stop_in_set_up(c->rank(), "split", [&] { c->split(0, c->rank()); });
   std::fprintf(stderr, "unknown scenario '%s'\n", scenario.c_str());
   return 2;
 }

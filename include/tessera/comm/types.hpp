@@ -83,7 +83,8 @@ struct Buffer {
 
 /// Per-communicator settings. Defaults come from the environment (see from_env()).
 struct CommOptions {
-  /// Deadline of every blocking wait; zero disables it. Env: TESSERA_COMM_TIMEOUT (seconds).
+  /// Deadline of every blocking wait, and half the limit of a communicator's set-up; zero
+  /// disables both. Env: TESSERA_COMM_TIMEOUT (seconds).
   std::chrono::milliseconds timeout{std::chrono::minutes(10)};
   /// Ranks compare (op, count, dtype, root) before moving data. Env: TESSERA_COMM_CHECK=1.
   bool check = false;

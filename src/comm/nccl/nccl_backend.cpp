@@ -233,7 +233,15 @@ class NcclBackend final : public Backend {
         if (rank_ == 0) TESSERA_CHECK_NCCL(ncclGetUniqueId(&id));
       });
       TESSERA_CHECK_MPI(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, group_));
-      TESSERA_CHECK_NCCL(ncclCommInitRank(&nccl_->comm, size_, id, rank_));
+      {
+        // Blocking, and without a deadline of its own: NCCL's bootstrap waits for every rank,
+        // so a rank that cannot reach the others would hold them here; the communicator's
+        // set-up is watched, and ends the process past twice its timeout with this named.
+        const SetUpStep step("ncclCommInitRank", "NCCL",
+                             "NCCL_DEBUG=INFO shows where NCCL's set-up waits; NCCL_SOCKET_IFNAME names the network "
+                             "interface its bootstrap uses, and NCCL_IB_HCA the InfiniBand devices.");
+        TESSERA_CHECK_NCCL(ncclCommInitRank(&nccl_->comm, size_, id, rank_));
+      }
       // The communicator's set-up goes on with collective calls (MPI_Comm_dup).
       set_up_together(group_, "nccl", [&] {
         TESSERA_CHECK_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
