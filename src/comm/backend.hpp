@@ -166,7 +166,7 @@ void set_up_together(MPI_Comm group, const char* backend, const std::function<vo
 
 /// Names, while it lives, the library call a backend's set-up is inside (`call`,
 /// "ncclCommInitRank", of `library`, "NCCL"), and what a user can do when it does not end
-/// (`hint`, or nullptr), for the diagnosis of a set-up that outlives twice its timeout:
+/// (`hint`, or nullptr), for the diagnosis of a set-up that outlives its limit:
 /// Communicator::create and split watch every communicator's set-up, and end the process
 /// there. Outside such a set-up it names nothing. The texts must live as long as the program
 /// (literals).

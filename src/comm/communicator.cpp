@@ -1237,7 +1237,7 @@ struct SetUp {
   std::string what;              // "Communicator::create #2 (backend nccl)"
   std::vector<int> world_ranks;  // of the communicator being set up, in its numbering
   int rank = 0;                  // this rank's number in it
-  std::chrono::milliseconds timeout{0};
+  std::chrono::milliseconds limit{0};
   std::atomic<const char*> call{nullptr}, library{nullptr}, hint{nullptr};
 };
 /// The set-up this thread runs (SetUpStep names its steps); none outside one.
@@ -1277,18 +1277,19 @@ void set_up_stuck(SetUp& s, Watchdog& watchdog) {
     return "rank" + std::string(r.size() > 1 ? "s " : " ") + rank_list(world, r);
   };
   const auto outside_text = [&] {
-    return ranks(outside) +
-           (outside.size() > 1 ? " are not in it (they left it with errors of their own, which they report, or have"
-                               : " is not in it (it left it with an error of its own, which it reports, or has") +
-           " not come to it yet)";
+    return ranks(outside) + (outside.size() > 1 ? " are" : " is") +
+           " not in it (finished it, left it with an error, or not come to it yet)";
   };
   std::string message = s.what + " has been setting up its communicator of " + std::to_string(world.size()) +
-                        " ranks for longer than twice its timeout of " + seconds_text(s.timeout) + ", inside " +
-                        (call != nullptr ? call : "the MPI calls of the set-up");
-  if (!asked) {
+                        (world.size() > 1 ? " ranks" : " rank") + " for longer than its limit of " +
+                        seconds_text(s.limit) + ", inside " + (call != nullptr ? call : "the calls of its set-up");
+  if (world.size() == 1) {
+    message += ": no other rank takes part, so a call of this rank's own does not return.";
+  } else if (!asked) {
     message += ": its peers could not be asked where they are.";
   } else if (!silent.empty()) {
-    message += ": no answer from " + ranks(silent) + ", which stopped or died in the middle of it";
+    message += ": no answer from " + ranks(silent) +
+               " (dead, stopped, or stuck where its watchdog cannot run), which holds it up";
     if (!outside.empty()) message += "; " + outside_text();
     message += ".";
   } else if (!outside.empty()) {
@@ -1298,9 +1299,12 @@ void set_up_stuck(SetUp& s, Watchdog& watchdog) {
                (call != nullptr ? ": the backend cannot connect the ranks." : ".");
   }
   if (hint != nullptr && *hint != '\0') message += std::string(" ") + hint;
-  message += std::string(" ") + (library != nullptr ? library : "MPI") + " cannot interrupt " +
-             (call != nullptr ? call : "those calls") +
-             ", so this process ends now. TESSERA_COMM_TIMEOUT sets the limit in seconds.";
+  message += call != nullptr ? std::string(" ") + (library != nullptr ? library : "Its library") +
+                                   " cannot interrupt " + call + ", so this process ends now."
+                             : std::string(
+                                   " A set-up's calls (MPI's, a network's) cannot be interrupted, so this "
+                                   "process ends now.");
+  message += " TESSERA_COMM_SETUP_TIMEOUT sets the limit in seconds.";
   std::fprintf(stderr, "tessera: error: %s [rank %d]\n", message.c_str(), world[static_cast<std::size_t>(s.rank)]);
   std::fflush(stderr);
   remove_unfinished_files();  // _Exit runs no destructor: the copies being written go now
@@ -1333,37 +1337,39 @@ SetUpStep::~SetUpStep() {
 }
 
 /// Runs `body`, the set-up of the communicator at `path` on `group` (its backend's and the
-/// Communicator's own calls, after the MPI call that made the group), watched: past twice
-/// `timeout` and a grace (its local work, a GPU's context or a host name's lookup, comes on
-/// top of the waits for the peers; a Gloo pair's connect takes a whole timeout to fail), the
-/// watchdog ends this process with set_up_stuck's diagnosis. A rank that stops or dies in the
+/// Communicator's own calls, after the MPI call that made the group), watched: past `limit`
+/// (CommOptions::set_up_limit(): longer than an op's timeout, since local work, a GPU's
+/// context or a host name's lookup, comes on top of the waits for the peers, NCCL's set-up
+/// on many GPUs takes minutes, and a Gloo pair's connect takes a whole timeout to fail) and a
+/// grace, the watchdog ends this process with set_up_stuck's diagnosis. A rank that stops or dies in the
 /// middle of it, or an NCCL bootstrap that cannot reach a rank, would otherwise hold every
 /// other rank of it there silently. `what` names it ("Communicator::create #2 (backend nccl)"),
 /// `name` is the communicator's.
 template <class Body>
 void watch_set_up(std::string what, const std::string& path, const std::string& name, MPI_Comm group,
-                  std::chrono::milliseconds timeout, Body&& body) {
+                  std::chrono::milliseconds limit, Body&& body) {
   SetUp s;
   s.id = fnv1a(path + "#set-up");
   TESSERA_CHECK_MPI(MPI_Comm_rank(group, &s.rank));
   s.world_ranks = world_ranks_of(group);
   s.what = std::move(what);
-  s.timeout = timeout;
+  s.limit = limit;
   // A peer asked about another communicator says this rank is setting this one up.
   s.progress.name = name.empty() ? "(unnamed)" : name;
   s.progress.set_up = true;
   s.progress.running_seq.store(1);
   s.progress.on_stuck = [&s](Watchdog& w) { set_up_stuck(s, w); };
   std::optional<Clock::time_point> until;
-  if (timeout.count() > 0) until = Clock::now() + 2 * timeout + stuck_grace(timeout);
+  if (limit.count() > 0) until = Clock::now() + limit + stuck_grace(limit);
   Watchdog::instance().add(s.id, &s.progress);
   struct Done {
     SetUp& s;
+    SetUp* outer;
     ~Done() {
-      current_set_up = nullptr;
+      current_set_up = outer;
       Watchdog::remove(s.id);  // after this, the watchdog no longer reads s
     }
-  } done{s};
+  } done{s, current_set_up};
   current_set_up = &s;
   run_watched(s.progress, until, [&] {
     if (set_up_test_hook != nullptr) set_up_test_hook();
@@ -1477,7 +1483,7 @@ std::unique_ptr<Communicator> Communicator::create(Backend backend, CommOptions 
   if (requested == Backend::Auto) what.insert(what.size() - 1, std::string(": ") + backend_name(backend));
   std::unique_ptr<Communicator> made;
   const std::string name = options.name;
-  detail::watch_set_up(std::move(what), path, name, group, options.timeout, [&] {
+  detail::watch_set_up(std::move(what), path, name, group, options.set_up_limit(), [&] {
     std::unique_ptr<detail::Backend> impl;
     switch (backend) {
       case Backend::Gloo:
@@ -1559,7 +1565,7 @@ std::unique_ptr<Communicator> Communicator::split(int color, int key, const std:
   std::unique_ptr<Communicator> made;
   detail::watch_set_up("split #" + std::to_string(index) + " of communicator '" + s.options.name + "' into '" +
                            child_name + "' (backend " + backend_name(s.backend->kind()) + ")",
-                       path, child_name, child, options.timeout, [&] {
+                       path, child_name, child, options.set_up_limit(), [&] {
                          auto backend = s.backend->make_child(child, options);
                          made = std::make_unique<Communicator>(std::move(backend), std::move(options), path);
                        });

@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
+#include <optional>
 #include <thread>
 
 #include "comm/backend.hpp"
@@ -72,18 +73,33 @@ std::chrono::milliseconds CommOptions::timeout_from_seconds(double seconds) {
   return std::chrono::milliseconds(seconds > 0 ? std::max(ms, 1LL) : 0LL);
 }
 
+std::chrono::milliseconds CommOptions::set_up_limit() const noexcept {
+  if (set_up_timeout.count() > 0) return set_up_timeout;
+  if (timeout.count() <= 0) return std::chrono::milliseconds(0);
+  return std::max<std::chrono::milliseconds>(2 * timeout, std::chrono::minutes(5));
+}
+
+namespace {
+/// The environment variable `name` as a number of seconds >= 0, where it is set; `zero` says
+/// what 0 means.
+std::optional<std::chrono::milliseconds> seconds_from_env(const char* name, const char* zero) {
+  const char* t = std::getenv(name);
+  if (t == nullptr || *t == '\0') return std::nullopt;
+  char* end = nullptr;
+  const double seconds = std::strtod(t, &end);
+  if (end == t || *end != '\0' || !std::isfinite(seconds) || seconds < 0)
+    throw ConfigError(std::string(name) + "='" + t + "' is not a number of seconds >= 0 (0 " + zero + ")");
+  if (seconds > 3.0e7) throw ConfigError(std::string(name) + "='" + t + "' is more than a year; use 0 to wait forever");
+  return CommOptions::timeout_from_seconds(seconds);
+}
+}  // namespace
+
 CommOptions CommOptions::from_env() {
   CommOptions options;
-  if (const char* t = std::getenv("TESSERA_COMM_TIMEOUT"); t != nullptr && *t != '\0') {
-    char* end = nullptr;
-    const double seconds = std::strtod(t, &end);
-    if (end == t || *end != '\0' || !std::isfinite(seconds) || seconds < 0)
-      throw ConfigError(std::string("TESSERA_COMM_TIMEOUT='") + t +
-                        "' is not a number of seconds >= 0 (0 disables the timeout)");
-    if (seconds > 3.0e7)
-      throw ConfigError(std::string("TESSERA_COMM_TIMEOUT='") + t + "' is more than a year; use 0 to wait forever");
-    options.timeout = timeout_from_seconds(seconds);
-  }
+  if (const auto t = seconds_from_env("TESSERA_COMM_TIMEOUT", "disables the timeout")) options.timeout = *t;
+  if (const auto t =
+          seconds_from_env("TESSERA_COMM_SETUP_TIMEOUT", "takes twice TESSERA_COMM_TIMEOUT, at least 5 minutes"))
+    options.set_up_timeout = *t;
   if (const char* c = std::getenv("TESSERA_COMM_CHECK"); c != nullptr && *c != '\0') {
     const std::string v = lower(c);
     if (v == "1" || v == "on" || v == "true" || v == "yes") {

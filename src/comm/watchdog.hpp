@@ -52,7 +52,8 @@ struct Progress {
   std::atomic<std::uint64_t> last_transfer_bytes{0};
   // While an op is inside its backend's call: the steady-clock time (ticks) after which it
   // is stuck there (its deadline and a grace); 0 otherwise. The watchdog then calls
-  // on_stuck, which does not return, with the registry locked (it asks the peers through
+  // on_stuck, which ends the process (or returns where inside_until went back to 0 while it
+  // asked: a set-up's), with the registry locked (it asks the peers through
   // the Watchdog it is given, not through Watchdog::instance(), whose lock remove() takes
   // before the registry's).
   std::atomic<std::int64_t> inside_until{0};

@@ -132,6 +132,28 @@ TEST(Options, FromEnvironmentAndBadValues) {
   EXPECT_FALSE(o.check);
 }
 
+// A communicator's set-up may take longer than an op (NCCL's on many GPUs takes minutes): by
+// default twice the timeout, at least 5 minutes, none where the timeout is none; or its own.
+TEST(Options, SetUpLimit) {
+  comm::CommOptions o;
+  EXPECT_EQ(o.set_up_limit(), std::chrono::minutes(20)) << "twice the default 10 minutes";
+  o.timeout = std::chrono::seconds(3);
+  EXPECT_EQ(o.set_up_limit(), std::chrono::minutes(5)) << "a short timeout must not cut a slow set-up short";
+  o.timeout = std::chrono::milliseconds(0);
+  EXPECT_EQ(o.set_up_limit().count(), 0) << "no timeout: no limit";
+  o.set_up_timeout = std::chrono::seconds(4);
+  EXPECT_EQ(o.set_up_limit(), std::chrono::seconds(4));
+  setenv("TESSERA_COMM_SETUP_TIMEOUT", "90", 1);
+  EXPECT_EQ(comm::CommOptions::from_env().set_up_limit(), std::chrono::seconds(90));
+  setenv("TESSERA_COMM_SETUP_TIMEOUT", "0", 1);
+  EXPECT_EQ(comm::CommOptions::from_env().set_up_limit(), std::chrono::minutes(20)) << "0: the default";
+  setenv("TESSERA_COMM_SETUP_TIMEOUT", "soon", 1);
+  EXPECT_THROW_WITH(comm::CommOptions::from_env(), ConfigError,
+                    "TESSERA_COMM_SETUP_TIMEOUT='soon' is not a number of seconds >= 0 (0 takes twice "
+                    "TESSERA_COMM_TIMEOUT, at least 5 minutes)");
+  unsetenv("TESSERA_COMM_SETUP_TIMEOUT");
+}
+
 TEST(Errors, CarryRankFileAndLine) {
   try {
     TESSERA_THROW(CommError, "MPI_Allreduce failed: MPI_ERR_TRUNCATE");

@@ -83,15 +83,23 @@ struct Buffer {
 
 /// Per-communicator settings. Defaults come from the environment (see from_env()).
 struct CommOptions {
-  /// Deadline of every blocking wait, and half the limit of a communicator's set-up; zero
-  /// disables both. Env: TESSERA_COMM_TIMEOUT (seconds).
+  /// Deadline of every blocking wait; zero disables it. Env: TESSERA_COMM_TIMEOUT (seconds).
   std::chrono::milliseconds timeout{std::chrono::minutes(10)};
+  /// Limit of a communicator's set-up (its backend's, after every rank came to the create or
+  /// split: NCCL's ncclCommInitRank, Gloo's connections), which no library call of it can
+  /// interrupt, so the process ends past it with a diagnosis; zero (the default): twice
+  /// `timeout`, and at least 5 minutes (none where `timeout` is zero). set_up_limit() says
+  /// which applies. Env: TESSERA_COMM_SETUP_TIMEOUT (seconds).
+  std::chrono::milliseconds set_up_timeout{0};
   /// Ranks compare (op, count, dtype, root) before moving data. Env: TESSERA_COMM_CHECK=1.
   bool check = false;
   /// Name shown in errors and traces; an empty one reads "(unnamed)".
   std::string name = "world";
-  /// Reads TESSERA_COMM_TIMEOUT and TESSERA_COMM_CHECK; throws ConfigError on bad values.
+  /// Reads TESSERA_COMM_TIMEOUT, TESSERA_COMM_SETUP_TIMEOUT and TESSERA_COMM_CHECK; throws
+  /// ConfigError on bad values.
   static CommOptions from_env();
+  /// The limit of a communicator's set-up (see set_up_timeout); zero: none.
+  std::chrono::milliseconds set_up_limit() const noexcept;
   /// A limit of `seconds` (>= 0) as a timeout: to the nearest millisecond, and at least 1 ms
   /// unless 0 (which disables it), so that a tiny limit never means none.
   static std::chrono::milliseconds timeout_from_seconds(double seconds);

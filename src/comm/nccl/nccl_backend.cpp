@@ -236,7 +236,7 @@ class NcclBackend final : public Backend {
       {
         // Blocking, and without a deadline of its own: NCCL's bootstrap waits for every rank,
         // so a rank that cannot reach the others would hold them here; the communicator's
-        // set-up is watched, and ends the process past twice its timeout with this named.
+        // set-up is watched, and ends the process past its limit with this named.
         const SetUpStep step("ncclCommInitRank", "NCCL",
                              "NCCL_DEBUG=INFO shows where NCCL's set-up waits; NCCL_SOCKET_IFNAME names the network "
                              "interface its bootstrap uses, and NCCL_IB_HCA the InfiniBand devices.");
