@@ -1288,8 +1288,10 @@ void set_up_stuck(SetUp& s, Watchdog& watchdog) {
   } else if (!asked) {
     message += ": its peers could not be asked where they are.";
   } else if (!silent.empty()) {
-    message += ": no answer from " + ranks(silent) +
-               " (dead, stopped, or stuck where its watchdog cannot run), which holds it up";
+    message +=
+        ": no answer from " + ranks(silent) + " (dead, stopped, or stuck where " +
+        (silent.size() > 1 ? "their watchdogs cannot run), which hold" : "its watchdog cannot run), which holds") +
+        " it up";
     if (!outside.empty()) message += "; " + outside_text();
     message += ".";
   } else if (!outside.empty()) {
@@ -1340,11 +1342,11 @@ SetUpStep::~SetUpStep() {
 /// Communicator's own calls, after the MPI call that made the group), watched: past `limit`
 /// (CommOptions::set_up_limit(): longer than an op's timeout, since local work, a GPU's
 /// context or a host name's lookup, comes on top of the waits for the peers, NCCL's set-up
-/// on many GPUs takes minutes, and a Gloo pair's connect takes a whole timeout to fail) and a
-/// grace, the watchdog ends this process with set_up_stuck's diagnosis. A rank that stops or dies in the
-/// middle of it, or an NCCL bootstrap that cannot reach a rank, would otherwise hold every
-/// other rank of it there silently. `what` names it ("Communicator::create #2 (backend nccl)"),
-/// `name` is the communicator's.
+/// on many GPUs takes minutes, and a Gloo pair's connect takes a whole timeout to fail) and
+/// a grace, the watchdog ends this process with set_up_stuck's diagnosis. A rank that stops
+/// or dies in the middle of it, or an NCCL bootstrap that cannot reach a rank, would
+/// otherwise hold every other rank of it there silently. `what` names it
+/// ("Communicator::create #2 (backend nccl)"), `name` is the communicator's.
 template <class Body>
 void watch_set_up(std::string what, const std::string& path, const std::string& name, MPI_Comm group,
                   std::chrono::milliseconds limit, Body&& body) {

@@ -81,24 +81,26 @@ std::chrono::milliseconds CommOptions::set_up_limit() const noexcept {
 
 namespace {
 /// The environment variable `name` as a number of seconds >= 0, where it is set; `zero` says
-/// what 0 means.
-std::optional<std::chrono::milliseconds> seconds_from_env(const char* name, const char* zero) {
+/// what 0 means, `forever` how to wait forever.
+std::optional<std::chrono::milliseconds> seconds_from_env(const char* name, const char* zero, const char* forever) {
   const char* t = std::getenv(name);
   if (t == nullptr || *t == '\0') return std::nullopt;
   char* end = nullptr;
   const double seconds = std::strtod(t, &end);
   if (end == t || *end != '\0' || !std::isfinite(seconds) || seconds < 0)
     throw ConfigError(std::string(name) + "='" + t + "' is not a number of seconds >= 0 (0 " + zero + ")");
-  if (seconds > 3.0e7) throw ConfigError(std::string(name) + "='" + t + "' is more than a year; use 0 to wait forever");
+  if (seconds > 3.0e7) throw ConfigError(std::string(name) + "='" + t + "' is more than a year; " + forever);
   return CommOptions::timeout_from_seconds(seconds);
 }
 }  // namespace
 
 CommOptions CommOptions::from_env() {
   CommOptions options;
-  if (const auto t = seconds_from_env("TESSERA_COMM_TIMEOUT", "disables the timeout")) options.timeout = *t;
+  if (const auto t = seconds_from_env("TESSERA_COMM_TIMEOUT", "disables the timeout", "use 0 to wait forever"))
+    options.timeout = *t;
   if (const auto t =
-          seconds_from_env("TESSERA_COMM_SETUP_TIMEOUT", "takes twice TESSERA_COMM_TIMEOUT, at least 5 minutes"))
+          seconds_from_env("TESSERA_COMM_SETUP_TIMEOUT", "takes twice TESSERA_COMM_TIMEOUT, at least 5 minutes",
+                           "TESSERA_COMM_TIMEOUT=0 waits forever"))
     options.set_up_timeout = *t;
   if (const char* c = std::getenv("TESSERA_COMM_CHECK"); c != nullptr && *c != '\0') {
     const std::string v = lower(c);

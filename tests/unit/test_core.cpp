@@ -151,6 +151,9 @@ TEST(Options, SetUpLimit) {
   EXPECT_THROW_WITH(comm::CommOptions::from_env(), ConfigError,
                     "TESSERA_COMM_SETUP_TIMEOUT='soon' is not a number of seconds >= 0 (0 takes twice "
                     "TESSERA_COMM_TIMEOUT, at least 5 minutes)");
+  setenv("TESSERA_COMM_SETUP_TIMEOUT", "1e12", 1);
+  EXPECT_THROW_WITH(comm::CommOptions::from_env(), ConfigError,
+                    "TESSERA_COMM_SETUP_TIMEOUT='1e12' is more than a year; TESSERA_COMM_TIMEOUT=0 waits forever");
   unsetenv("TESSERA_COMM_SETUP_TIMEOUT");
 }
 
