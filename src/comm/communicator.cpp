@@ -68,6 +68,15 @@ std::vector<int> world_ranks_of(MPI_Comm group) {
   return ranks;
 }
 
+/// Prints the diagnosis of a fault that ends this process (`_Exit` follows, from any thread;
+/// the launcher ends the job), and removes the output copies being written, since `_Exit`
+/// runs no destructor.
+void report_ending(const std::string& message, int world_rank) noexcept {
+  std::fprintf(stderr, "tessera: error: %s [rank %d]\n", message.c_str(), world_rank);
+  std::fflush(stderr);
+  remove_unfinished_files();
+}
+
 std::string seconds_text(std::chrono::milliseconds ms) {
   char text[32];
   std::snprintf(text, sizeof text, "%g s", static_cast<double>(ms.count()) / 1000.0);
@@ -491,10 +500,7 @@ class CommState {
 
   /// Prints the diagnosis and ends this process, from any thread; the launcher ends the job.
   [[noreturn]] void end_process(const std::string& message) noexcept {
-    std::fprintf(stderr, "tessera: error: %s [rank %d]\n", message.c_str(),
-                 world_ranks[static_cast<std::size_t>(rank)]);
-    std::fflush(stderr);
-    remove_unfinished_files();  // _Exit runs no destructor: the copies being written go now
+    report_ending(message, world_ranks[static_cast<std::size_t>(rank)]);
     std::_Exit(EXIT_FAILURE);
   }
 
@@ -1130,9 +1136,7 @@ Creations& creations() {
   if (!silent.empty()) message += " No answer from rank" + silent + ".";
   message += " The MPI library cannot interrupt " + call +
              ", so this process ends now. TESSERA_COMM_TIMEOUT sets the limit in seconds.";
-  std::fprintf(stderr, "tessera: error: %s [rank %d]\n", message.c_str(), session.rank());
-  std::fflush(stderr);
-  remove_unfinished_files();  // _Exit runs no destructor: the copies being written go now
+  report_ending(message, session.rank());
   std::_Exit(EXIT_FAILURE);
 }
 }  // namespace
@@ -1307,9 +1311,7 @@ void set_up_stuck(SetUp& s, Watchdog& watchdog) {
                                    " A set-up's calls (MPI's, a network's) cannot be interrupted, so this "
                                    "process ends now.");
   message += " TESSERA_COMM_SETUP_TIMEOUT sets the limit in seconds.";
-  std::fprintf(stderr, "tessera: error: %s [rank %d]\n", message.c_str(), world[static_cast<std::size_t>(s.rank)]);
-  std::fflush(stderr);
-  remove_unfinished_files();  // _Exit runs no destructor: the copies being written go now
+  report_ending(message, world[static_cast<std::size_t>(s.rank)]);
   // Every rank of a set-up that cannot connect meets its limit at about the same moment, and
   // asks the others: where one answered, this rank answers a while longer before it ends, so
   // that one that asks after this rank had its answers is not told this rank stopped or died.
