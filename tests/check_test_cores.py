@@ -1,0 +1,45 @@
+#!/usr/bin/env python3
+"""check_test_cores.py BUILD MPIEXEC: every test of BUILD claims the cores it keeps busy, so that
+ctest -j (scripts/test.sh) does not start a second job of ranks beside one that fills the cores.
+
+A test named ..._np<N> claims N (ctest's PROCESSORS); any other test that starts MPIEXEC (in its
+command or through its environment) claims 2 or more. A fault scenario's job (run by
+fault/run_fault.sh) may claim 1: its ranks sleep, are stopped or wait (tests/CMakeLists.txt).
+Exits 1 naming each test that claims too few.
+"""
+import json
+import re
+import subprocess
+import sys
+
+build, mpiexec = sys.argv[1:3]
+listing = subprocess.run(["ctest", "--test-dir", build, "--show-only=json-v1"], check=True,
+                         capture_output=True, text=True).stdout
+wrong = []
+tests = json.loads(listing)["tests"]
+for test in tests:
+    name = test["name"]
+    if test.get("command") and test["command"][0].endswith("check_test_cores.py"):
+        continue  # this check, which names MPIEXEC and starts nothing
+    props = {p["name"]: p["value"] for p in test.get("properties", [])}
+    cores = int(props.get("PROCESSORS", 1))
+    env = props.get("ENVIRONMENT", [])
+    starts_ranks = any(mpiexec in arg for arg in test.get("command", [])) or any(mpiexec in e for e in env)
+    ranks = re.search(r"_np([0-9]+)$", name)
+    if any(arg.endswith("/run_fault.sh") for arg in test.get("command", [])):
+        need = 1
+    elif ranks:
+        need = int(ranks.group(1))
+    elif starts_ranks:
+        need = 2
+    else:
+        need = 1
+    if cores < need:
+        wrong.append(f"{name} claims {cores} core(s) (PROCESSORS) but keeps {need} busy")
+if not tests:
+    wrong.append(f"no tests listed in {build}")
+if wrong:
+    print("check_test_cores.py: FAILED: under ctest -j these would share cores with another job:\n  " +
+          "\n  ".join(wrong))
+    sys.exit(1)
+print(f"check_test_cores.py: all {len(tests)} tests claim the cores they keep busy")
