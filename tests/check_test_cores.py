@@ -1,19 +1,21 @@
 #!/usr/bin/env python3
-"""check_test_cores.py BUILD MPIEXEC: every test of BUILD claims the cores it keeps busy, so that
-ctest -j (scripts/test.sh) does not start a second job of ranks beside one that fills the cores.
+"""check_test_cores.py CTEST BUILD MPIEXEC: every test of BUILD claims a core per rank it starts,
+so that ctest -j (scripts/test.sh) does not start a second job of ranks beside one that fills
+the cores, and runs unbound, so that jobs side by side are not bound to the same cores.
 
 A test named ..._np<N> claims N (ctest's PROCESSORS); any other test that starts MPIEXEC (in its
 command or through its environment) claims 2 or more. A fault scenario's job (run by
 fault/run_fault.sh) may claim 1: its ranks sleep, are stopped or wait (tests/CMakeLists.txt).
-Exits 1 naming each test that claims too few.
+Every test that starts ranks has OMPI_MCA_hwloc_base_binding_policy=none. Exits 1 naming each
+test that does not.
 """
 import json
 import re
 import subprocess
 import sys
 
-build, mpiexec = sys.argv[1:3]
-listing = subprocess.run(["ctest", "--test-dir", build, "--show-only=json-v1"], check=True,
+ctest, build, mpiexec = sys.argv[1:4]
+listing = subprocess.run([ctest, "--test-dir", build, "--show-only=json-v1"], check=True,
                          capture_output=True, text=True).stdout
 wrong = []
 tests = json.loads(listing)["tests"]
@@ -36,10 +38,12 @@ for test in tests:
         need = 1
     if cores < need:
         wrong.append(f"{name} claims {cores} core(s) (PROCESSORS) but keeps {need} busy")
+    if (starts_ranks or ranks) and "OMPI_MCA_hwloc_base_binding_policy=none" not in env:
+        wrong.append(f"{name} starts ranks bound to cores (no OMPI_MCA_hwloc_base_binding_policy=none)")
 if not tests:
     wrong.append(f"no tests listed in {build}")
 if wrong:
     print("check_test_cores.py: FAILED: under ctest -j these would share cores with another job:\n  " +
           "\n  ".join(wrong))
     sys.exit(1)
-print(f"check_test_cores.py: all {len(tests)} tests claim the cores they keep busy")
+print(f"check_test_cores.py: all {len(tests)} tests claim a core per rank they start, and run unbound")

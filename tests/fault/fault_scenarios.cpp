@@ -72,9 +72,11 @@ int stop_mid_collective(comm::Communicator& c) {
   std::vector<float> x(n, 1.0f);
   // Rank 0 has a file half written, as an app's output copy: a process ended from inside the
   // call must remove it, as a stop signal would (the test checks that it is gone).
-  // One name per backend: the backends' runs of this scenario may run at once.
+  // One name per backend and rank count: the runs of this scenario may run at once (ctest -j,
+  // scripts/run_test_list.py -j).
   const char* backend = std::getenv("TESSERA_TEST_BACKEND");
-  const std::string name = std::string("stop_mid_collective_") + (backend != nullptr ? backend : "mpi") + ".tmp";
+  const std::string name = std::string("stop_mid_collective_") + (backend != nullptr ? backend : "mpi") + "_np" +
+                           std::to_string(c.size()) + ".tmp";
   const char* unfinished = name.c_str();
   std::unique_ptr<UnfinishedFile> tracked;
   if (c.rank() == 0) {
