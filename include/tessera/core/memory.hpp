@@ -15,6 +15,14 @@ enum class MemoryKind { Host, Device };
 using DeviceMemorySpace = Kokkos::DefaultExecutionSpace::memory_space;
 using HostMemorySpace = Kokkos::HostSpace;
 
+#if defined(KOKKOS_ENABLE_CUDA)
+// Tessera takes memory the host can read for host memory (memory_kind_of_space below), and
+// would run host loops on it while kernels still write it (cmake/TesseraKokkosMemory.cmake).
+static_assert(!Kokkos::SpaceAccessibility<Kokkos::HostSpace, DeviceMemorySpace>::accessible,
+              "Tessera needs a Kokkos whose CUDA memory the host cannot read: this one keeps it in CUDA managed "
+              "memory (Kokkos_ENABLE_CUDA_UVM or Kokkos_ENABLE_IMPL_CUDA_UNIFIED_MEMORY); use one built without it");
+#endif
+
 /// A 1-D array in the default execution space's memory.
 template <class T>
 using View1D = Kokkos::View<T*, DeviceMemorySpace>;
