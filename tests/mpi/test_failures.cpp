@@ -179,10 +179,15 @@ TEST(Timeout, ARankBusyOnAnotherCommunicatorIsSaidToBe) {
   if (w.size() < 2) GTEST_SKIP() << "needs a second rank to be busy elsewhere";
   auto busy = w.split(w.size() >= 3 ? w.rank() % 2 : 0, w.rank(), "busy");
   busy->set_timeout(std::chrono::seconds(20));
+  const int elsewhere = w.size() - 1;
+  // The ranks that time out, which let the busy rank go only once each has its error: a rank
+  // of its group whose timeout came first let it go on to the next op before the slower ones
+  // asked where it was (4 ranks on 2 cores: "waiting in barrier #18 on communicator 'world'").
+  auto others = w.split(w.rank() == elsewhere ? 1 : 0, w.rank(), "others");
+  others->set_timeout(std::chrono::seconds(20));
   auto flaky = breakable("waited_for", std::chrono::milliseconds(700));
   std::vector<float> x(16, 1.0f), y(16, 1.0f);
   flaky->broadcast({x.data(), 4}, 0);  // collective #0 completes everywhere
-  const int elsewhere = w.size() - 1;
   if (w.rank() == elsewhere) {
     busy->all_reduce({y.data(), y.size()});  // waits here until the others come
   } else {
@@ -190,6 +195,7 @@ TEST(Timeout, ARankBusyOnAnotherCommunicatorIsSaidToBe) {
                       "Ranks that did not arrive: " + std::to_string(elsewhere) +
                           " (alive and waiting in all_reduce #0 on communicator 'busy', not in a collective here; "
                           "its last op here was a broadcast, of 1 collectives issued)");
+    others->barrier();
     busy->all_reduce({y.data(), y.size()});  // lets the busy rank go
   }
   w.barrier();
