@@ -257,7 +257,10 @@ ReduceFn reduce_function(ReduceOp op) {
 }
 
 /// Gloo's unbound buffers can only be waited for (a timed-out wait poisons the context), so
-/// each transfer is waited for on a thread of its own and test() asks that thread.
+/// each transfer is waited for on a thread of its own and test() asks that thread. stop()
+/// ends that wait at once: Gloo lets an unbound buffer with an op still pending go (its
+/// pairs hold only weak references, and its destructor waits out a read or write in
+/// progress), so the caller's buffer is safe to free after it.
 struct GlooTransfer final : PendingTransfer {
   std::unique_ptr<gloo::transport::UnboundBuffer> buffer;
   bool send = true;
@@ -267,10 +270,8 @@ struct GlooTransfer final : PendingTransfer {
   void start(std::chrono::milliseconds timeout) {
     done = std::async(std::launch::async, [this, timeout] {
       try {
-        if (send)
-          buffer->waitSend(timeout);
-        else
-          buffer->waitRecv(timeout);
+        const bool completed = send ? buffer->waitSend(timeout) : buffer->waitRecv(timeout);
+        if (!completed) throw CommError(op + " was stopped before it completed", __FILE__, __LINE__);
       } catch (const gloo::IoException& e) {
         if (std::strstr(e.what(), "Timed out") != nullptr)
           throw DeadlineExceeded{send ? "in gloo send, waiting for the receiver"
@@ -294,9 +295,17 @@ struct GlooTransfer final : PendingTransfer {
     done.get();
     return true;
   }
-  ~GlooTransfer() override {
-    if (done.valid()) done.wait();
+  bool stop() noexcept override {
+    if (done.valid()) {
+      if (send)
+        buffer->abortWaitSend();
+      else
+        buffer->abortWaitRecv();
+      done.wait();
+    }
+    return true;
   }
+  ~GlooTransfer() override { stop(); }
 };
 
 class GlooBackend final : public Backend {
