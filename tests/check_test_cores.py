@@ -6,8 +6,9 @@ the cores, and runs unbound, so that jobs side by side are not bound to the same
 A test named ..._np<N> claims N (ctest's PROCESSORS); any other test that starts MPIEXEC (in its
 command or through its environment) claims 2 or more. A fault scenario's job (run by
 fault/run_fault.sh) may claim 1: its ranks sleep, are stopped or wait (tests/CMakeLists.txt).
-Every test that starts ranks has OMPI_MCA_hwloc_base_binding_policy=none. Exits 1 naming each
-test that does not.
+Every test that starts ranks runs unbound: OMPI_MCA_hwloc_base_binding_policy=none (Open MPI 4)
+and PRTE_MCA_hwloc_default_binding_policy=none (Open MPI 5). Exits 1 naming each test that does
+not.
 """
 import json
 import re
@@ -38,8 +39,9 @@ for test in tests:
         need = 1
     if cores < need:
         wrong.append(f"{name} claims {cores} core(s) (PROCESSORS) but keeps {need} busy")
-    if (starts_ranks or ranks) and "OMPI_MCA_hwloc_base_binding_policy=none" not in env:
-        wrong.append(f"{name} starts ranks bound to cores (no OMPI_MCA_hwloc_base_binding_policy=none)")
+    for unbound in ("OMPI_MCA_hwloc_base_binding_policy=none", "PRTE_MCA_hwloc_default_binding_policy=none"):
+        if (starts_ranks or ranks) and unbound not in env:
+            wrong.append(f"{name} starts ranks bound to cores (no {unbound})")
 if not tests:
     wrong.append(f"no tests listed in {build}")
 if wrong:
