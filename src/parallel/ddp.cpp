@@ -108,6 +108,7 @@ void DistributedDataParallel::begin_step(BucketCallback on_bucket) {
   }
   on_bucket_ = std::move(on_bucket);
   ready_ = 0;
+  completed_.clear();
   stats_ = {};
   in_step_ = true;
 }
@@ -121,7 +122,9 @@ void DistributedDataParallel::on_grad_ready(nn::Parameter& p) {
                 "' was reported twice in one backward pass (shared parameters are not supported yet)");
   // One replica's gradients are already the average: nothing to launch. Without overlap,
   // finish_gradient_sync() launches every bucket.
-  if (--pending_[b] == 0 && comm_.size() > 1 && overlap_) {
+  if (--pending_[b] != 0) return;
+  completed_.push_back(b);
+  if (comm_.size() > 1 && overlap_) {
     launch(b);
     ++stats_.buckets_launched_during_backward;
   }
@@ -175,10 +178,18 @@ void DistributedDataParallel::finish_gradient_sync() {
     for (std::size_t b = 0; b < buckets_.size(); ++b)
       if (!handed_[b]) hand_over(b);
   } else {
+    // The buckets in the order backward completed them (not their numbers': a layer's weight
+    // may complete a bucket before its bias completes a lower-numbered one), then those it did
+    // not complete (parameters unused in this step's graph) by number. Every rank issues the
+    // same reductions in the same order whether it overlaps or not: under auto, ranks with
+    // different numbers of cores choose differently.
+    std::vector<std::size_t> order = completed_;
+    for (std::size_t b = 0; b < buckets_.size(); ++b)
+      if (pending_[b] != 0) order.push_back(b);
     if (overlap_)
-      for (std::size_t b = 0; b < buckets_.size(); ++b)
-        if (!launched_[b]) launch(b);  // e.g. parameters unused in this step's graph
-    for (std::size_t b = 0; b < buckets_.size(); ++b) {
+      for (const std::size_t b : order)
+        if (!launched_[b]) launch(b);
+    for (const std::size_t b : order) {
       // Without overlap, each bucket is reduced here, on this thread, and updated before the
       // next is reduced: on one core, neither waits for the other's turn.
       if (!launched_[b]) launch(b, /*here=*/true);

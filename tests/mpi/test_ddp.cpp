@@ -167,6 +167,29 @@ TEST(DDP, BucketsReducedAfterBackwardStartOnlyOnceEveryGradientExists) {
   EXPECT_EQ(values(after), values(during));
 }
 
+// Under auto, ranks with different numbers of cores choose differently (two ranks sharing a
+// 2-core node, beside a rank alone on another): every rank must still issue the same
+// reductions in the same order. With a bucket per parameter, backward completes a layer's
+// weight bucket before its bias bucket, which has the lower number.
+TEST(DDP, RanksThatChooseDifferentlyWhetherToOverlapStillMatchTheSingleProcessRun) {
+  if (world().size() == 1) GTEST_SKIP() << "needs a second replica";
+  auto c = small_config();
+  c.optimizer = "sgd";
+  c.lr = 0.05f;
+  c.steps = 3;
+  c.ddp.first_bucket_mb = c.ddp.bucket_mb = 4.0 / (1024 * 1024);  // one float: a bucket per parameter
+  train::Trainer reference(c, self());
+  reference.run();
+  c.ddp.overlap_backward = world().rank() == 0 ? parallel::BackwardOverlap::On : parallel::BackwardOverlap::Off;
+  train::Trainer mixed(c, world());
+  const auto& buckets = mixed.ddp().buckets();
+  ASSERT_GE(buckets.size(), 2u);
+  ASSERT_EQ(buckets[0].parameters.front(), "layers.2.bias");  // completed after layers.2.weight's
+  ASSERT_EQ(buckets[1].parameters.front(), "layers.2.weight");
+  mixed.run();
+  expect_same_parameters(values(reference), values(mixed), 1e-5);
+}
+
 // Auto reduces during backward unless the gradients are in host memory and the rank has a
 // single core to compute and communicate on (docs/strategies.md).
 TEST(DDP, AutoOverlapFollowsWhereTheGradientsLiveAndTheRanksCores) {

@@ -113,6 +113,7 @@ class DistributedDataParallel final : public DataParallelStrategy {
   std::vector<comm::Work> work_;
   std::vector<View1D<bfloat16>> wire_;  // bf16 staging per bucket
   std::size_t ready_ = 0;
+  std::vector<std::size_t> completed_;  // buckets in the order backward completed them this step
   bool sync_ = true;
   bool in_step_ = false;
   bool overlap_ = true;
