@@ -1149,7 +1149,9 @@ void rendezvous_to_create(comm::Backend requested, const CommOptions& options) {
   const Session& session = Session::current();
   Signature sig{};
   sig.coll_seq = creation.progress.collectives_issued.fetch_add(1);
-  sig.count = static_cast<std::uint64_t>(requested);
+  // The backend and the name: two communicators of one backend created in opposite orders
+  // would otherwise pair one rank's "dp" with another's "tp".
+  sig.count = static_cast<std::uint64_t>(requested) ^ fnv1a(options.name) << 8;
   creation.what =
       "Communicator::create #" + std::to_string(sig.coll_seq) + " (backend " + backend_name(requested) + ")";
   creation.seq = sig.coll_seq;
@@ -1163,9 +1165,9 @@ void rendezvous_to_create(comm::Backend requested, const CommOptions& options) {
     creation.progress.running_seq.store(0);
     if (!same) {
       tessera::detail::note_communication_failure();
-      throw MismatchError(what +
-                          ": ranks asked for different backends, or created communicators in different orders; "
-                          "every rank must create the same communicators in the same order");
+      throw MismatchError(what + ": ranks asked for different backends or names (this rank: '" + options.name +
+                          "'), or created communicators in different orders; every rank must create the same "
+                          "communicators in the same order");
     }
   } catch (const DeadlineExceeded&) {
     creation.progress.running_seq.store(0);

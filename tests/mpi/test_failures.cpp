@@ -91,6 +91,28 @@ TEST(Mismatch, RanksThatCreateDifferentBackendsAreToldOnEveryRank) {
   EXPECT_EQ(one, static_cast<float>(w.size()));
 }
 
+// Two communicators of one backend created in opposite orders: without the names compared,
+// rank 0's 'first' would be paired with rank 1's 'second'.
+TEST(Mismatch, RanksThatCreateCommunicatorsInDifferentOrdersAreToldOnEveryRank) {
+  auto& w = world();
+  if (w.size() < 2) GTEST_SKIP() << "needs two ranks to disagree";
+  const std::string mine = w.rank() == 0 ? "first" : "second";
+  try {
+    comm::Communicator::create(w.backend(), test::test_options(mine));
+    ADD_FAILURE() << "expected a MismatchError";
+  } catch (const MismatchError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("ranks asked for different backends or names (this rank: '" + mine +
+                     "'), or created communicators in different orders"),
+              std::string::npos)
+        << m;
+  }
+  auto again = comm::Communicator::create(w.backend(), test::test_options("again"));
+  float one = 1.0f;
+  again->all_reduce({&one, 1});
+  EXPECT_EQ(one, static_cast<float>(w.size()));
+}
+
 /// A fresh communicator over all ranks with a short timeout, for tests that break it.
 std::unique_ptr<comm::Communicator> breakable(const std::string& name, std::chrono::milliseconds timeout) {
   auto sub = world().split(0, world().rank(), name);
