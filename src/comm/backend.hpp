@@ -185,6 +185,11 @@ class SetUpStep {
 /// the thread that runs it (tests/fault stops a rank there). None by default.
 extern void (*set_up_test_hook)();
 
+/// The most elements the MPI backend hands one MPI call (MPI's counts are ints): a longer
+/// broadcast, reduce or all-reduce runs as several calls over consecutive pieces. Tests lower
+/// it; INT_MAX otherwise.
+extern std::size_t mpi_max_count;
+
 std::unique_ptr<Backend> make_mpi_backend(MPI_Comm group);
 std::unique_ptr<Backend> make_gloo_backend(MPI_Comm group, const CommOptions& options);
 std::unique_ptr<Backend> make_nccl_backend(MPI_Comm group, const CommOptions& options);

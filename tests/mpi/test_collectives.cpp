@@ -19,6 +19,7 @@
 
 #include <tessera/tessera.hpp>
 
+#include "comm/backend.hpp"
 #include "test_support.hpp"
 
 namespace {
@@ -426,6 +427,45 @@ TEST(Collectives, WorksOnKokkosViews) {
   Kokkos::deep_copy(h, out);
   for (int r = 0; r < c.size(); ++r)
     for (std::size_t i = 0; i < 5; ++i) EXPECT_EQ(h(static_cast<std::size_t>(r) * 5 + i), r + 1.0);
+}
+
+// MPI's counts are ints: a broadcast, reduce or all-reduce longer than one MPI call takes runs
+// as several, every element in place (the limit lowered to 1000 here; 2^31 - 1 otherwise, as
+// for a DDP bucket holding one parameter of 46341 x 46341). An op that cannot be cut so says
+// what to do.
+TEST(Collectives, MpiOpsLongerThanOneCallTakesRunInPieces) {
+  if (world().backend() != comm::Backend::Mpi || world().size() == 1)
+    GTEST_SKIP() << "the MPI backend's limit, with a peer";
+  auto split = world().split(0, world().rank(), "pieces");  // the error at the end fails it
+  auto& c = *split;
+  struct Limit {
+    std::size_t saved = comm::detail::mpi_max_count;
+    Limit() { comm::detail::mpi_max_count = 1000; }
+    ~Limit() { comm::detail::mpi_max_count = saved; }
+  } limit;
+  const std::size_t n = 2500;  // two whole pieces and half of one
+  const double p = c.size(), me = c.rank();
+  std::vector<double> x(n), y(n, -1.0);
+  for (std::size_t i = 0; i < n; ++i) x[i] = me + static_cast<double>(i);
+  c.all_reduce({x.data(), n}, {y.data(), n}, ReduceOp::Sum);
+  for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(y[i], p * static_cast<double>(i) + p * (p - 1) / 2) << "element " << i;
+  c.all_reduce({x.data(), n}, ReduceOp::Max);  // in place
+  for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(x[i], (p - 1) + static_cast<double>(i)) << "element " << i;
+  std::vector<double> b(n, me);
+  if (c.rank() == 0)
+    for (std::size_t i = 0; i < n; ++i) b[i] = 7.0 + static_cast<double>(i);
+  c.broadcast({b.data(), n}, 0);
+  for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(b[i], 7.0 + static_cast<double>(i)) << "element " << i;
+  const int root = c.size() - 1;
+  std::vector<double> r(n, -1.0), one(n, 1.0);
+  c.reduce({one.data(), n}, {r.data(), n}, ReduceOp::Sum, root);
+  if (c.rank() == root) {
+    for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(r[i], p) << "element " << i;
+  }
+  std::vector<double> all(n * static_cast<std::size_t>(c.size()));
+  EXPECT_THROW_WITH(c.all_gather({x.data(), n}, {all.data(), all.size()}), ConfigError,
+                    "2500 elements per rank exceed the MPI backend's limit of 1000 in one call (MPI's counts are "
+                    "ints); split the buffer, or use the gloo or nccl backend");
 }
 
 /// How many threads of this process run under the scheduling policy `policy` (the 41st field

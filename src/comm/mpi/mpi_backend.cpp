@@ -3,6 +3,7 @@
 // one starts, so the blocking call cannot hang on a missing rank or a mismatched op. A peer
 // that stops in the middle of one is caught by the watchdog. Point-to-point uses
 // nonblocking calls polled against the deadline.
+#include <algorithm>
 #include <chrono>
 #include <climits>
 #include <thread>
@@ -34,9 +35,10 @@ MPI_Op mpi_op(ReduceOp op) {
 }
 
 int mpi_count(std::size_t n, const Op& op) {
-  if (n > static_cast<std::size_t>(INT_MAX))
+  if (n > mpi_max_count)
     throw ConfigError(describe(op) + ": " + std::to_string(n) +
-                      " elements exceed the MPI backend's limit of 2^31-1 per call; split the buffer");
+                      " elements per rank exceed the MPI backend's limit of " + std::to_string(mpi_max_count) +
+                      " in one call (MPI's counts are ints); split the buffer, or use the gloo or nccl backend");
   return static_cast<int>(n);
 }
 
@@ -133,7 +135,25 @@ class MpiBackend final : public Backend {
   }
 
   // The deadline was enforced by the fence; a blocking MPI call cannot take one.
-  void execute(const Op& op, const Deadline&) override {
+  void execute(const Op& op, const Deadline& deadline) override {
+    // Each element of a broadcast, reduce or all-reduce depends on that element alone: one
+    // longer than an MPI call takes (a DDP bucket of one parameter of 2^31 elements or more)
+    // runs as several calls, every rank cutting it alike.
+    const bool elementwise = op.type == OpType::Broadcast || op.type == OpType::Reduce || op.type == OpType::AllReduce;
+    if (elementwise && op.count > mpi_max_count) {
+      const std::size_t esz = dtype_size(op.dtype);
+      const auto shifted = [&](void* base, std::size_t at) {
+        return base == nullptr ? nullptr : static_cast<void*>(static_cast<char*>(base) + at * esz);
+      };
+      for (std::size_t at = 0; at < op.count; at += mpi_max_count) {
+        Op piece = op;
+        piece.count = std::min(mpi_max_count, op.count - at);
+        piece.send.data = shifted(op.send.data, at);
+        piece.recv.data = shifted(op.recv.data, at);
+        execute(piece, deadline);
+      }
+      return;
+    }
     const MPI_Datatype type = mpi_datatype(op.dtype);
     const int n = mpi_count(op.count, op);  // MPI takes per-rank counts only
     void* send = op.send.data;
@@ -212,6 +232,8 @@ class MpiBackend final : public Backend {
 };
 
 }  // namespace
+
+std::size_t mpi_max_count = INT_MAX;
 
 std::unique_ptr<Backend> make_mpi_backend(MPI_Comm group) { return std::make_unique<MpiBackend>(group); }
 
