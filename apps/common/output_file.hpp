@@ -165,13 +165,21 @@ class OutputFile {
   void commit() {
     done_ = true;
     stream_.close();
-    std::error_code ec;
-    if (!stream_.fail() && writing_ != target_) std::filesystem::rename(writing_, target_, ec);
-    if (stream_.fail() || ec) {
+    std::string why;
+    if (!stream_.fail() && writing_ != target_) {
+      try {
+        replace_file(writing_, target_);  // on the disk before it replaces the user's file
+      } catch (const std::exception& e) {
+        why = e.what();
+      }
+    }
+    if (stream_.fail() || !why.empty()) {
+      std::error_code ec;
       if (writing_ != target_) std::filesystem::remove(writing_, ec);
       unfinished_.reset();
       throw ConfigError("could not write the " + flag_ + " file '" + path_ + "'" +
-                        (ec ? " (" + ec.message() + ")" : std::string()));
+                        (why.empty() ? std::string() : " (" + why + ")") +
+                        (writing_ != target_ ? "; it was left as it was" : ""));
     }
     unfinished_.reset();
   }

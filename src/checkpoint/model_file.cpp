@@ -55,8 +55,11 @@ void save_model(const std::string& path, const nn::ParameterStore& store, comm::
               H5Dwrite(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data() + p.offset));
         }
         TESSERA_CHECK_HDF5(H5Fflush(file.get(), H5F_SCOPE_GLOBAL));
+        // Closed here, checked: a file system may report a failed write only at close.
+        group.reset();
+        TESSERA_CHECK_HDF5(H5Fclose(file.release()));
       }
-      std::filesystem::rename(tmp, target);
+      replace_file(tmp, target);
     } catch (const std::exception& e) {
       std::error_code ignore;
       std::filesystem::remove(tmp, ignore);

@@ -1,9 +1,11 @@
 #include <tessera/core/files.hpp>
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <array>
 #include <atomic>
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <string>
@@ -48,6 +50,28 @@ UnfinishedFile::~UnfinishedFile() {
 void remove_unfinished_files() noexcept {
   for (int i = 0; i < kSlots; ++i)
     if (g_state[i].load() == 2) ::unlink(g_path[i].data());
+}
+
+namespace {
+/// Flushes `path` (a file or a directory) to the disk; errno's error where it cannot be.
+std::error_code sync_path(const std::filesystem::path& path, int flags) {
+  const int fd = ::open(path.c_str(), flags | O_CLOEXEC);
+  if (fd < 0) return {errno, std::generic_category()};
+  std::error_code ec;
+  if (::fsync(fd) != 0) ec = {errno, std::generic_category()};
+  if (::close(fd) != 0 && !ec) ec = {errno, std::generic_category()};
+  return ec;
+}
+}  // namespace
+
+void replace_file(const std::filesystem::path& written, const std::filesystem::path& target) {
+  if (const auto ec = sync_path(written, O_RDONLY))
+    throw std::system_error(ec, "'" + written.string() + "' could not be flushed to the disk");
+  std::filesystem::rename(written, target);  // throws filesystem_error, leaving the target as it was
+  // The rename's own durability: where the directory cannot be opened or synced (some file
+  // systems refuse fsync on a directory), the new file is in place all the same.
+  const auto dir = target.parent_path();
+  (void)sync_path(dir.empty() ? std::filesystem::path(".") : dir, O_RDONLY | O_DIRECTORY);
 }
 
 static_assert(std::atomic<int>::is_always_lock_free, "the table is read from signal handlers");

@@ -60,6 +60,8 @@ class H5Handle {
   }
   hid_t get() const { return id_; }
   bool valid() const { return id_ >= 0; }
+  /// Gives up the id without closing it (the caller closes it, checked).
+  hid_t release() { return std::exchange(id_, -1); }
 
  private:
   hid_t id_ = -1;

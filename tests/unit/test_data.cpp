@@ -1,8 +1,12 @@
 // Datasets, the distributed sampler and the model file, on one process.
 #include <gtest/gtest.h>
 #include <hdf5.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cerrno>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -13,7 +17,23 @@
 #include <tessera/nn/layers.hpp>
 #include <tessera/tessera.hpp>
 
+#include "common/output_file.hpp"
 #include "test_support.hpp"
+
+namespace {
+/// fsync fails with this errno while it is not 0 (a full or over-quota file system that says
+/// so only when the data is flushed, as NFS does). This binary's fsync is the one Tessera
+/// calls: the program's own definition comes before the C library's.
+std::atomic<int> g_fsync_error{0};
+}  // namespace
+
+extern "C" int fsync(int fd) {
+  if (const int e = g_fsync_error.load()) {
+    errno = e;
+    return -1;
+  }
+  return static_cast<int>(syscall(SYS_fsync, fd));
+}
 
 namespace {
 using namespace tessera;
@@ -263,5 +283,62 @@ TEST(ModelFile, SavesEveryParameterInItsGlobalShapeAndLoadsBack) {
   EXPECT_THROW_WITH(checkpoint::load_model(path, block), CheckpointError, "tensor-parallel blocks");
   EXPECT_THROW_WITH(checkpoint::save_model(temp("tessera_block.h5"), block, *comm), CheckpointError,
                     "tensor-parallel blocks");
+}
+
+std::string contents(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// A save whose data cannot be flushed to the disk (the error a full NFS file system gives only
+// then) fails and leaves the user's file as it was, and no copy beside it; once the disk takes
+// the data, the new file replaces the old one.
+TEST(ModelFile, ASaveTheDiskDoesNotTakeLeavesTheUsersFileAsItWas) {
+  auto comm = comm::Communicator::create(comm::Backend::Mpi);
+  nn::ParameterStore a;
+  nn::MLP mlp(a, 2, 5);
+  a.initialize(11);
+  const auto dir = std::filesystem::path(temp("tessera_flush_" + std::to_string(getpid())));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directory(dir);
+  const std::string path = (dir / "model.h5").string();
+  { std::ofstream(path) << "the user's model"; }
+  g_fsync_error = ENOSPC;
+  EXPECT_THROW_WITH(checkpoint::save_model(path, a, *comm), CheckpointError,
+                    "could not be flushed to the disk: No space left on device");
+  g_fsync_error = 0;
+  EXPECT_EQ(contents(path), "the user's model");
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir), std::filesystem::directory_iterator()), 1)
+      << "the unfinished copy must be removed";
+  checkpoint::save_model(path, a, *comm);
+  EXPECT_EQ(contents(path).substr(1, 3), "HDF");
+  std::filesystem::remove_all(dir);
+}
+
+// The same for an app's output that replaces a file the user had (--metrics, --trace, a
+// benchmark's --json): written beside it, and put in its place only once on the disk.
+TEST(OutputFile, AFileTheDiskDoesNotTakeLeavesTheUsersFileAsItWas) {
+  const auto dir = std::filesystem::path(temp("tessera_output_" + std::to_string(getpid())));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directory(dir);
+  const std::string path = (dir / "metrics.jsonl").string();
+  { std::ofstream(path) << "the user's metrics\n"; }
+  {
+    apps::OutputFile file("--metrics", path);
+    file.stream() << "{\"step\": 1}\n";
+    g_fsync_error = EDQUOT;
+    EXPECT_THROW_WITH(file.commit(), ConfigError,
+                      "could not be flushed to the disk: Disk quota exceeded); it was left as it was");
+    g_fsync_error = 0;
+  }
+  EXPECT_EQ(contents(path), "the user's metrics\n");
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir), std::filesystem::directory_iterator()), 1);
+  {
+    apps::OutputFile file("--metrics", path);
+    file.stream() << "{\"step\": 1}\n";
+    file.commit();
+  }
+  EXPECT_EQ(contents(path), "{\"step\": 1}\n");
+  std::filesystem::remove_all(dir);
 }
 }  // namespace

@@ -22,6 +22,14 @@ inline std::filesystem::path write_target(const std::string& path) {
   return p;
 }
 
+/// Puts the finished copy `written` in place of `target` (a file the user had): the copy's
+/// data reaches the disk first (fsync), then it is renamed over the target, and the rename is
+/// made durable (fsync of the directory). So a crash or a lost node soon after leaves the old
+/// file or the new one, never an empty or partly written one; an error (a full or over-quota
+/// file system that says so only now, as NFS does) throws std::system_error, with the user's
+/// file untouched and `written` still there for the caller to remove.
+void replace_file(const std::filesystem::path& written, const std::filesystem::path& target);
+
 /// Files being written that are not the user's yet: a copy that is renamed over its target
 /// when complete (model files, the apps' outputs). While one is tracked,
 /// remove_unfinished_files() deletes it; that call is async-signal-safe, so a SIGINT or
