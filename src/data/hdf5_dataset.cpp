@@ -1,8 +1,13 @@
 // An HDF5 dataset: /inputs [N, d_in] float32 with /targets [N, d_out] float32 or /labels [N]
 // int64. Each rank opens the file for reading on its own and reads only its rows.
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 
 #include <tessera/core/error.hpp>
@@ -35,7 +40,15 @@ class Hdf5Dataset final : public Dataset {
     if (std::filesystem::is_directory(path))
       throw ConfigError("dataset '" + path + "' is a directory; give the HDF5 file in it");
     QuietHdf5 quiet;
-    if (H5Fis_hdf5(path.c_str()) <= 0) throw bad("not an HDF5 file");
+    const htri_t is_hdf5 = H5Fis_hdf5(path.c_str());
+    if (is_hdf5 < 0) {
+      // Not a verdict on its contents: the file could not be read at all (its permissions).
+      const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+      const std::string why = fd < 0 ? std::strerror(errno) : tessera::detail::hdf5_error_text();
+      if (fd >= 0) ::close(fd);
+      throw ConfigError("dataset '" + path + "' cannot be read: " + why);
+    }
+    if (is_hdf5 == 0) throw bad("not an HDF5 file");
     file_ = H5Handle(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
     if (!file_.valid()) throw bad("cannot be opened for reading");
     if (H5Lexists(file_.get(), "/inputs", H5P_DEFAULT) <= 0) throw bad("has no /inputs dataset");
@@ -54,6 +67,7 @@ class Hdf5Dataset final : public Dataset {
       throw bad("/inputs is " + type_name(inputs_.get()) + ", not float32");
     rows_ = static_cast<std::int64_t>(in_shape[0]);
     input_dim_ = static_cast<std::size_t>(in_shape[1]);
+    if (input_dim_ == 0) throw bad("/inputs is " + shape_text(in_shape) + ": its rows have no values");
     const bool has_targets = H5Lexists(file_.get(), "/targets", H5P_DEFAULT) > 0;
     const bool has_labels = H5Lexists(file_.get(), "/labels", H5P_DEFAULT) > 0;
     if (has_targets == has_labels)
@@ -68,6 +82,8 @@ class Hdf5Dataset final : public Dataset {
       if (!is_type(targets_.get(), H5T_NATIVE_FLOAT))
         throw bad("/targets is " + type_name(targets_.get()) + ", not float32");
       target_dim_ = static_cast<std::size_t>(t[1]);
+      // 0 would read as a labels file (Dataset::has_labels).
+      if (target_dim_ == 0) throw bad("/targets is " + shape_text(t) + ": its rows have no values");
     } else {
       require_dataset("/labels");
       labels_ = H5Handle(H5Dopen2(file_.get(), "/labels", H5P_DEFAULT), H5Dclose);

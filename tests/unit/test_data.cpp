@@ -214,6 +214,18 @@ TEST(Hdf5Dataset, MalformedFilesAreClearErrors) {
   {
     H5Writer w(f);
     w.add("/inputs", {4, 3}, in, H5T_NATIVE_FLOAT);
+    w.add("/targets", {4, 0}, std::vector<float>(1), H5T_NATIVE_FLOAT);  // would read as a labels file
+  }
+  expect("/targets is [4, 0]: its rows have no values");
+  {
+    H5Writer w(f);
+    w.add("/inputs", {4, 0}, in, H5T_NATIVE_FLOAT);
+    w.add("/labels", {4}, std::vector<std::int64_t>(4), H5T_NATIVE_INT64);
+  }
+  expect("/inputs is [4, 0]: its rows have no values");
+  {
+    H5Writer w(f);
+    w.add("/inputs", {4, 3}, in, H5T_NATIVE_FLOAT);
     w.add("/labels", {3}, std::vector<std::int64_t>{0, 1, 0}, H5T_NATIVE_INT64);
   }
   expect("/labels must be [4], one per row of /inputs, not [3]");
