@@ -184,6 +184,10 @@ class SetUpStep {
 /// For tests only: called, where set, at the start of every watched communicator set-up, on
 /// the thread that runs it (tests/fault stops a rank there). None by default.
 extern void (*set_up_test_hook)();
+/// For tests only: called, where set, inside every watched post of a send or receive, before
+/// the backend's call (tests/fault blocks there, as NCCL's connection set-up can). None by
+/// default.
+extern void (*post_test_hook)();
 
 /// The most elements the MPI backend hands one MPI call (MPI's counts are ints): a longer
 /// broadcast, reduce or all-reduce runs as several calls over consecutive pieces. Tests lower

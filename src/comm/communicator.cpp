@@ -310,6 +310,7 @@ class CommState {
     TESSERA_CHECK_MPI(MPI_Comm_dup(backend->group(), &fence_comm));
     world_ranks = world_ranks_of(backend->group());
     progress.on_stuck = [this](Watchdog& watchdog) { stuck(watchdog); };
+    progress.on_post_stuck = [this](Watchdog& watchdog) { post_stuck(watchdog); };
     // A peer's watchdog reads an empty name as "creating a communicator" (Communicator::create's
     // rendezvous), so a communicator named "" is named for the messages.
     if (options.name.empty()) options.name = "(unnamed)";
@@ -377,7 +378,12 @@ class CommState {
   Signature check_mine{};
   std::vector<Signature> check_all;
   FenceBuffers fence_buffers;
-  Op inside_op;     // the op inside the backend's call (published by progress.inside_until)
+  Op inside_op;  // the op inside the backend's call (published by progress.inside_until)
+  // Sends and receives are posted one at a time (a post is short, or blocks where NCCL
+  // connects two ranks), so that one slot names the one being posted (published by
+  // progress.posting_until).
+  std::mutex posting_mutex;
+  Op posting_op;
   int device = -1;  // the GPU of the thread that created the communicator (-1: none)
 
   /// A posted send/recv and what completing it takes.
@@ -973,6 +979,52 @@ class CommState {
     end_process(message);
   }
 
+  /// Posts a send or receive through `call` (the backend's post), watched: past the op's
+  /// deadline and a grace, the watchdog ends this process with post_stuck's diagnosis.
+  template <class Call>
+  void watched_post(const Op& op, const Deadline& deadline, Call&& call) {
+    std::lock_guard<std::mutex> lock(posting_mutex);
+    const WaitingFor waiting(*this, op);  // what a peer asking about this rank is told
+    if (!deadline.none) {
+      posting_op = op;
+      progress.posting_until.store((deadline.at + stuck_grace(timeout())).time_since_epoch().count(),
+                                   std::memory_order_release);
+    }
+    struct Unmark {
+      Progress& progress;
+      ~Unmark() { progress.posting_until.store(0); }
+    } unmark{progress};
+    if (post_test_hook != nullptr) post_test_hook();
+    call();
+  }
+
+  /// Called by the watchdog thread for a send or receive whose post has not returned past its
+  /// deadline: NCCL connects two ranks the first time they exchange data, inside ncclSend or
+  /// ncclRecv, and waits there for the peer's matching op with no deadline of its own.
+  [[noreturn]] void post_stuck(Watchdog& watchdog) {
+    const Op op = posting_op;
+    const int peer_world = world_ranks[static_cast<std::size_t>(op.peer)];
+    std::vector<PeerStatus> peers;
+    try {
+      peers = watchdog.query(id, {peer_world}, kQueryWait);
+    } catch (...) {
+    }
+    const auto report = arrivals(peers, world_ranks, rank, op.coll_seq, false);
+    const std::string library = backend_name(backend->kind());
+    std::string message =
+        describe(op) + " on communicator '" + options.name + "' [" + library + ", " + std::to_string(size) +
+        " ranks] has been inside the " + library + " backend's call that posts it for longer than its timeout of " +
+        seconds_text(timeout()) + ": that call waits for the peer (NCCL connects two ranks there the first time they " +
+        "exchange data, until the peer posts its matching " + (op.type == OpType::Recv ? "send" : "receive") +
+        "). Peer: rank " +
+        (report.missing.empty() ? rank_list(world_ranks, {op.peer}) + " is alive"
+                                : rank_list(world_ranks, {report.missing[0].first}, report.missing[0].second)) +
+        "." + (peers.empty() ? std::string() : size_mismatch(op, peers.front())) + " The " + library +
+        " library cannot interrupt its call, so this process ends now. TESSERA_COMM_TIMEOUT sets the limit in "
+        "seconds.";
+    end_process(message);
+  }
+
   /// The ranks (of this communicator) that met op's timeout, and so will never complete it:
   /// those that did before this rank began op, and those that did after. Durations, not
   /// times, are compared (the ranks' clocks differ), against when the answers came.
@@ -1229,6 +1281,7 @@ void set_up_together(MPI_Comm group, const char* backend, const std::function<vo
 }
 
 void (*set_up_test_hook)() = nullptr;
+void (*post_test_hook)() = nullptr;
 
 namespace {
 /// A communicator's set-up running on this rank (after Communicator::create's MPI_Comm_dup or
@@ -1672,7 +1725,7 @@ Work Communicator::submit_transfer(Op op, bool async) {
     posted.memory = wire;
   }
   try {
-    t.pending = s.backend->post(posted, t.deadline);
+    s.watched_post(op, t.deadline, [&] { t.pending = s.backend->post(posted, t.deadline); });
   } catch (const ConfigError&) {
     throw;
   } catch (const Error& e) {

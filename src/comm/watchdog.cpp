@@ -168,6 +168,8 @@ void Watchdog::loop() {
       for (const auto& [id, progress] : registry_) {
         const auto until = progress->inside_until.load(std::memory_order_acquire);
         if (until != 0 && now > until && progress->on_stuck) progress->on_stuck(*this);
+        const auto posting = progress->posting_until.load(std::memory_order_acquire);
+        if (posting != 0 && now > posting && progress->on_post_stuck) progress->on_post_stuck(*this);
       }
     }
     lock.lock();

@@ -58,6 +58,11 @@ struct Progress {
   // before the registry's).
   std::atomic<std::int64_t> inside_until{0};
   std::function<void(Watchdog&)> on_stuck;
+  // The same for a send or receive while it is being posted (the backend's call that posts
+  // it, which can block: NCCL connects two ranks there the first time they exchange data,
+  // waiting for the peer's matching op without a deadline): past this time, on_post_stuck.
+  std::atomic<std::int64_t> posting_until{0};
+  std::function<void(Watchdog&)> on_post_stuck;
   /// The communicator's name ("world.dp"; "" for Communicator::create's rendezvous), set
   /// before the watchdog is told of it: a peer's question about another communicator is
   /// answered with it, since that peer may hold another group of the same name (another id).

@@ -34,6 +34,10 @@
 // set_up_never_ends:   every rank stays in a set-up call that never returns, named as
 //                      the NCCL backend names ncclCommInitRank (whose bootstrap waits for
 //                      every rank without a deadline): each must end with the diagnosis.
+// post_never_returns:  rank 0's receive stays inside the call that posts it (a test hook
+//                      there, as NCCL's ncclRecv waits while it connects two ranks until the
+//                      peer posts its send); rank 1 never sends. Rank 0 must end with the
+//                      diagnosis naming the receive and what rank 1 is doing.
 // gloo_set_up_fails:   rank 1's Gloo TCP device cannot be made (a bad environment variable
 //                      of its own), the first Gloo communicator of the job; rank 0, which set
 //                      up its part, is told so instead of waiting for rank 1's address.
@@ -252,6 +256,25 @@ int set_up_never_ends(int rank) {
   return 0;
 }
 
+int post_never_returns(comm::Communicator& c) {
+  if (c.rank() == 1) {
+    std::this_thread::sleep_for(std::chrono::seconds(10));  // alive, sending nothing
+    say(1, "returning from main");
+    return 0;
+  }
+  comm::detail::post_test_hook = [] {
+    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+  };
+  std::vector<float> x(16);
+  try {
+    c.recv({x.data(), x.size()}, 1, 9);
+    say(0, "received");
+  } catch (const Error& e) {
+    say(0, std::string("caught: ") + e.what());
+  }
+  return 0;
+}
+
 int gloo_set_up_fails(int rank) {
   if (rank == 1) setenv("TESSERA_GLOO_LOOP_SCHED", "sometimes", 1);
   try {
@@ -296,6 +319,7 @@ int main(int argc, char** argv) {
   if (scenario == "stop_in_set_up")
     return stop_in_set_up(c->rank(), "create", [] { comm::Communicator::create(test::backend_under_test()); });
   if (scenario == "set_up_never_ends") return set_up_never_ends(c->rank());
+  if (scenario == "post_never_returns") return post_never_returns(*c);
   if (scenario == "set_up_fails_alone") return set_up_fails_alone(c->rank());
   if (scenario == "stop_in_split_set_up") return stop_in_set_up(c->rank(), "split", [&] { c->split(0, c->rank()); });
   std::fprintf(stderr, "unknown scenario '%s'\n", scenario.c_str());
