@@ -374,11 +374,17 @@ class CommState {
   // Staging for sends and receives, lent to each while in flight (several can be): declared
   // before `transfers`, whose leases end first.
   tessera::detail::StagingPool transfer_staging;
-  // Fence buffers (see fence()): owned here so an abandoned request never writes freed memory.
-  Signature check_mine{};
-  std::vector<Signature> check_all;
-  FenceBuffers fence_buffers;
-  Op inside_op;  // the op inside the backend's call (published by progress.inside_until)
+  // The check mode's gather: this rank's signature and every rank's. Its MPI_Iallgather
+  // cannot be cancelled: after a timeout it stays posted, and a late rank's signature may
+  // still arrive after this communicator is gone, so the buffers it writes are then kept for
+  // the process (fence()).
+  struct CheckBuffers {
+    Signature mine{};
+    std::vector<Signature> all;
+  };
+  std::shared_ptr<CheckBuffers> check = std::make_shared<CheckBuffers>();
+  FenceBuffers fence_buffers;  // the fence's, which cancels its receives when it expires
+  Op inside_op;                // the op inside the backend's call (published by progress.inside_until)
   // Sends and receives are posted one at a time (a post is short, or blocks where NCCL
   // connects two ranks), so that one slot names the one being posted (published by
   // progress.posting_until).
@@ -801,14 +807,25 @@ class CommState {
       fail(message);
       throw MismatchError(message, __FILE__, __LINE__);
     }
-    // The buffers live in the communicator: after a timeout the gather stays posted (a
-    // collective cannot be cancelled) and may still write into them.
-    check_mine = signature_of(op);
-    check_all.resize(static_cast<std::size_t>(size));
-    const std::vector<Signature>& all = check_all;
-    TESSERA_CHECK_MPI(MPI_Iallgather(&check_mine, sizeof check_mine, MPI_BYTE, check_all.data(), sizeof check_mine,
+    check->mine = signature_of(op);
+    check->all.resize(static_cast<std::size_t>(size));
+    const std::vector<Signature>& all = check->all;
+    TESSERA_CHECK_MPI(MPI_Iallgather(&check->mine, sizeof(Signature), MPI_BYTE, check->all.data(), sizeof(Signature),
                                      MPI_BYTE, fence_comm, &request));
-    wait_mpi(request, deadline, "waiting for every rank to arrive at the op check");
+    try {
+      wait_mpi(request, deadline, "waiting for every rank to arrive at the op check");
+    } catch (const DeadlineExceeded&) {
+      // The gather stays posted (a collective cannot be cancelled), and a late rank's
+      // signature may arrive after this communicator is destroyed: its buffers are kept.
+      static std::mutex kept_mutex;
+      static auto* kept = new std::vector<std::shared_ptr<CheckBuffers>>;  // never freed
+      {
+        std::lock_guard<std::mutex> lock(kept_mutex);
+        kept->push_back(check);
+      }
+      check = std::make_shared<CheckBuffers>();
+      throw;
+    }
     if (std::all_of(all.begin(), all.end(), [&](const Signature& s) { return s == all[0]; })) return;
     // Every rank holds the same table, so every rank raises the same error.
     std::vector<std::pair<Signature, std::vector<int>>> groups;
