@@ -120,11 +120,18 @@ int main(int argc, char** argv) {
     if (root && !quiet && (c.tp > 1 || c.pp > 1)) std::printf("tessera-train: layout %s\n", layout.c_str());
     // DDP says when its buckets travel where that is not during backward.
     std::string strategy = trainer.strategy().name();
+    if (c.ddp.grad_dtype == DType::BFloat16) strategy += ", bf16 gradients";
     if (const auto* ddp = dynamic_cast<const parallel::DistributedDataParallel*>(&trainer.strategy());
         ddp != nullptr && trainer.data_parallel().size() > 1 && !ddp->overlaps_backward())
       strategy += c.ddp.overlap_backward == parallel::BackwardOverlap::Off
                       ? ", buckets reduced after backward"
                       : ", buckets reduced after backward: one core per rank";
+    // Gradient accumulation: the micro-steps of each step and their rows on one rank.
+    std::string steps = std::to_string(c.steps) + (c.steps == 1 ? " step" : " steps");
+    if (c.accum > 1)
+      steps += " (" + std::to_string(c.accum) + " micro-steps of " +
+               std::to_string(c.global_batch / (static_cast<std::int64_t>(trainer.data_parallel().size()) * c.accum)) +
+               " rows per rank)";
     // Where the GEMMs run: a GPU build's are cuBLAS's on the rank's GPU, a host build's the
     // BLAS's threads.
     const std::string gpu = apps::gpu_placement(session);
@@ -138,12 +145,10 @@ int main(int argc, char** argv) {
                              " per rank" + (blas.kokkos_reason.empty() ? "" : " (" + blas.kokkos_reason + ")")
                        : "");
     if (root && !quiet)
-      std::printf(
-          "tessera-train: %d rank%s (%s, %s), MLP %zu x %zu (%zu parameters), %s, %s, batch %lld x %lld step%s, %s\n",
-          comm->size(), comm->size() == 1 ? "" : "s", comm::backend_name(comm->backend()), strategy.c_str(), c.layers,
-          c.dim, c.layers * (c.dim * c.dim + c.dim), trainer.dataset().describe().c_str(), c.optimizer.c_str(),
-          static_cast<long long>(c.global_batch), static_cast<long long>(c.steps), c.steps == 1 ? "" : "s",
-          where.c_str());
+      std::printf("tessera-train: %d rank%s (%s, %s), MLP %zu x %zu (%zu parameters), %s, %s, batch %lld x %s, %s\n",
+                  comm->size(), comm->size() == 1 ? "" : "s", comm::backend_name(comm->backend()), strategy.c_str(),
+                  c.layers, c.dim, c.layers * (c.dim * c.dim + c.dim), trainer.dataset().describe().c_str(),
+                  c.optimizer.c_str(), static_cast<long long>(c.global_batch), steps.c_str(), where.c_str());
     double first_loss = 0, last_loss = 0, elapsed = 0;
     // The verdict at the end compares the mean loss of the first and of the last few steps:
     // each step's batch differs, so one step's loss against another's is partly noise.
