@@ -46,14 +46,23 @@ TEST(DDP, SGDMatchesTheSingleProcessRunOnTheSameGlobalBatch) {
   c.momentum = 0.9f;
   train::Trainer reference(c, self());
   reference.run();
-  // Buckets reduced during backward and after it (DDPOptions::overlap_backward).
-  for (auto overlap : {parallel::BackwardOverlap::On, parallel::BackwardOverlap::Off}) {
-    SCOPED_TRACE(std::string("overlap_backward ") + parallel::overlap_name(overlap));
-    c.ddp.overlap_backward = overlap;
-    train::Trainer ddp(c, world());
-    ddp.run();
-    expect_same_parameters(values(reference), values(ddp), 1e-5);
-  }
+  // Buckets reduced during backward and after it (DDPOptions::overlap_backward), in one
+  // bucket (the default sizes hold this model), a bucket per layer, and a bucket per
+  // parameter (a layer's weight and bias apart).
+  for (double mib : {0.0, 4.0 * 32 * 33 / (1024 * 1024), 4.0 / (1024 * 1024)})
+    for (auto overlap : {parallel::BackwardOverlap::On, parallel::BackwardOverlap::Off}) {
+      SCOPED_TRACE(std::string("overlap_backward ") + parallel::overlap_name(overlap) + ", buckets of " +
+                   (mib > 0 ? std::to_string(mib * 1024 * 1024) + " bytes" : std::string("the default size")));
+      auto d = c;
+      if (mib > 0) d.ddp.first_bucket_mb = d.ddp.bucket_mb = mib;
+      d.ddp.overlap_backward = overlap;
+      train::Trainer ddp(d, world());
+      if (mib > 0) {
+        EXPECT_GT(ddp.ddp().buckets().size(), 2u);
+      }
+      ddp.run();
+      expect_same_parameters(values(reference), values(ddp), 1e-5);
+    }
   // The steps must have changed the parameters, or the comparison proves nothing.
   train::Trainer untrained(c, self());
   double moved = 0;

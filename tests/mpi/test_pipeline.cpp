@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <set>
 #include <vector>
 
 #include <tessera/nn/layers.hpp>
@@ -290,6 +291,7 @@ double activations_of_layer(std::size_t i, std::size_t layers, std::size_t d, st
 TEST(PipelineTraining, MemoryEstimateSizesEveryStage) {
   auto c = pp_config();
   c.dim = 24;  // divisible by every tp below
+  std::set<std::string> checked;
   for (int tp : {1, 2, 3, 4})
     for (int pp : {1, 2, 3})
       for (std::size_t layers = 1; layers <= 7; ++layers) {
@@ -304,6 +306,7 @@ TEST(PipelineTraining, MemoryEstimateSizesEveryStage) {
         }
         const std::string what =
             "tp " + std::to_string(tp) + " x pp " + std::to_string(pp) + ", " + std::to_string(layers) + " layers";
+        checked.insert(what);
         double largest = 0;
         for (int stage = 0; stage < pp; ++stage) {
           const auto range = parallel::stage_layers(layers, pp, stage);
@@ -327,5 +330,10 @@ TEST(PipelineTraining, MemoryEstimateSizesEveryStage) {
         }
         EXPECT_EQ(lc.estimate_memory(tp * pp).total(), largest) << what;
       }
+  // Layouts a run can take must not have been skipped as invalid: one stage, a pipeline of
+  // whole layers, a column-row pair per stage, and an odd last layer kept whole.
+  for (const char* layout :
+       {"tp 1 x pp 1, 1 layers", "tp 1 x pp 3, 7 layers", "tp 2 x pp 2, 4 layers", "tp 4 x pp 1, 3 layers"})
+    EXPECT_EQ(checked.count(layout), 1u) << layout << " was not checked";
 }
 }  // namespace

@@ -31,15 +31,20 @@ std::vector<float> whole(train::Trainer& t, comm::Communicator& comm) {
 struct Layout {
   std::size_t layers, dim, align;
   const char* what;
+  double bucket_mb = 4.0;  // the default holds each of these models whole
 };
-const Layout kLayouts[] = {
-    {3, 29, 64, "uneven shards, width 29"}, {3, 32, 1, "equal shards"}, {2, 4, 64, "empty shards"}};
+const Layout kLayouts[] = {{3, 29, 64, "uneven shards, width 29"},
+                           {3, 32, 1, "equal shards"},
+                           {2, 4, 64, "empty shards"},
+                           // 27 buckets, most of them across a shard's boundary at 2-4 ranks
+                           {3, 29, 64, "buckets of 100 floats", 400.0 / (1024 * 1024)}};
 
 train::TrainConfig with(train::TrainConfig c, const Layout& l, int stage) {
   c.layers = l.layers;
   c.dim = l.dim;
   c.teacher_layers = std::min<std::size_t>(l.layers, 2);
   c.zero.align = l.align;
+  c.zero.bucket_mb = l.bucket_mb;
   c.zero_stage = stage;
   return c;
 }

@@ -160,6 +160,7 @@ TEST(Options, SetUpLimit) {
 TEST(Errors, CarryRankFileAndLine) {
   try {
     TESSERA_THROW(CommError, "MPI_Allreduce failed: MPI_ERR_TRUNCATE");
+    ADD_FAILURE() << "TESSERA_THROW did not throw";
   } catch (const Error& e) {
     const std::string m = e.what();
     EXPECT_EQ(e.message(), "MPI_Allreduce failed: MPI_ERR_TRUNCATE");
