@@ -70,25 +70,30 @@ TEST(BadArguments, BackendsNotCompiledInSayHowToGetThem) {
   }
 }
 
+/// Communicator::create(backend, a communicator named `name`) must raise a MismatchError
+/// saying `needle` on this rank, and leave nothing behind: the next creation, the same on
+/// every rank, works.
+void expect_create_refused(comm::Backend backend, const std::string& name, const std::string& needle) {
+  try {
+    comm::Communicator::create(backend, test::test_options(name));
+    ADD_FAILURE() << "expected a MismatchError";
+  } catch (const MismatchError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find(needle), std::string::npos) << m;
+  }
+  auto again = comm::Communicator::create(world().backend(), test::test_options("again"));
+  float one = 1.0f;
+  again->all_reduce({&one, 1});
+  EXPECT_EQ(one, static_cast<float>(world().size()));
+}
+
 TEST(Mismatch, RanksThatCreateDifferentBackendsAreToldOnEveryRank) {
   auto& w = world();
   if (w.size() < 2) GTEST_SKIP() << "needs two ranks to disagree";
   if (!comm::backend_compiled(comm::Backend::Gloo)) GTEST_SKIP() << "needs a second CPU backend";
   const auto mine = w.rank() == 0 ? comm::Backend::Mpi : comm::Backend::Gloo;
-  try {
-    comm::Communicator::create(mine, test::test_options("odd"));
-    ADD_FAILURE() << "expected a MismatchError";
-  } catch (const MismatchError& e) {
-    const std::string m = e.what();
-    EXPECT_NE(m.find(std::string("(backend ") + comm::backend_name(mine) + "): ranks asked for different backends"),
-              std::string::npos)
-        << m;
-  }
-  // Nothing is left behind: the next creation, the same on every rank, works.
-  auto again = comm::Communicator::create(w.backend(), test::test_options("again"));
-  float one = 1.0f;
-  again->all_reduce({&one, 1});
-  EXPECT_EQ(one, static_cast<float>(w.size()));
+  expect_create_refused(mine, "odd",
+                        std::string("(backend ") + comm::backend_name(mine) + "): ranks asked for different backends");
 }
 
 // Two communicators of one backend created in opposite orders: without the names compared,
@@ -97,20 +102,9 @@ TEST(Mismatch, RanksThatCreateCommunicatorsInDifferentOrdersAreToldOnEveryRank) 
   auto& w = world();
   if (w.size() < 2) GTEST_SKIP() << "needs two ranks to disagree";
   const std::string mine = w.rank() == 0 ? "first" : "second";
-  try {
-    comm::Communicator::create(w.backend(), test::test_options(mine));
-    ADD_FAILURE() << "expected a MismatchError";
-  } catch (const MismatchError& e) {
-    const std::string m = e.what();
-    EXPECT_NE(m.find("ranks asked for different backends or names (this rank: '" + mine +
-                     "'), or created communicators in different orders"),
-              std::string::npos)
-        << m;
-  }
-  auto again = comm::Communicator::create(w.backend(), test::test_options("again"));
-  float one = 1.0f;
-  again->all_reduce({&one, 1});
-  EXPECT_EQ(one, static_cast<float>(w.size()));
+  expect_create_refused(w.backend(), mine,
+                        "ranks asked for different backends or names (this rank: '" + mine +
+                            "'), or created communicators in different orders");
 }
 
 /// A fresh communicator over all ranks with a short timeout, for tests that break it.
