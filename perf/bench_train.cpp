@@ -53,6 +53,10 @@ int main(int argc, char** argv) {
                  "ignored here (tessera-train's config files set it): the benchmark runs --bench.warmup + "
                  "--bench.steps steps");
   flags.add_to(app);
+  // The benchmark's own default: enough samples for its steps, made quickly.
+  if (auto* samples = app.get_option_no_throw("--data.samples"))
+    samples->description("samples in the synthetic task (default here: 8 x --train.batch, at least 1024)")
+        ->default_str("");
   app.add_option("--bench.steps", steps, "timed steps")->capture_default_str()->check(tessera::apps::whole(1, 100000));
   app.add_option("--bench.warmup", warmup, "untimed steps first")
       ->capture_default_str()
@@ -168,6 +172,8 @@ int main(int argc, char** argv) {
     // buckets' all-reduces.
     const std::size_t numel = trainer.strategy().update_values().size();
     View1D<float> values("values", numel), grads("grads", numel);
+    // The gradients as bf16, where the step sends them so (--comm.grad_dtype bf16).
+    View1D<bfloat16> wire("wire", c.ddp.grad_dtype == DType::BFloat16 ? numel : 0);
     Kokkos::deep_copy(values, 0.5f);
     Kokkos::deep_copy(grads, 0.01f);
     // The step's optimizer (SGD with its momentum buffer where the step has one).
@@ -240,25 +246,32 @@ int main(int argc, char** argv) {
       // row of logits from memory once (its three passes over a row hit the cache) and writes it.
       pass_bytes[3] = static_cast<double>(b) * static_cast<double>(out) * sizeof(float) * (labelled ? 2 : 3);
     }
+    for (auto& bytes : pass_bytes) bytes *= static_cast<double>(c.accum);  // the passes of every micro-step
     const double copy_bytes = 2.0 * static_cast<double>(numel) * sizeof(float);
     std::vector<double> pass_alone[4], copy_alone;
 
+    // A step runs --train.accum micro-steps of b rows each: the GEMMs and the passes below run
+    // as many times, the optimizer and the all-reduces once.
     auto gemms = [&](bool keep) {
       MPI_Barrier(MPI_COMM_WORLD);
       const auto t0 = Clock::now();
-      for (std::size_t l = 0; l < layers; ++l)
-        kernels::gemm(kernels::Trans::No, kernels::Trans::Yes, 1.0f, acts[l], ws[l], 0.0f, acts[l + 1]);
-      Kokkos::fence();
-      const auto t1 = Clock::now();
-      for (std::size_t l = layers; l-- > 0;) {
-        kernels::gemm(kernels::Trans::Yes, kernels::Trans::No, 1.0f, dys[l], acts[l], 0.0f, dws[l]);
-        if (l > 0 || !first_stage)
-          kernels::gemm(kernels::Trans::No, kernels::Trans::No, 1.0f, dys[l], ws[l], 0.0f, dxs[l]);
+      double forward = 0;
+      for (std::int64_t micro = 0; micro < c.accum; ++micro) {
+        const auto f0 = Clock::now();
+        for (std::size_t l = 0; l < layers; ++l)
+          kernels::gemm(kernels::Trans::No, kernels::Trans::Yes, 1.0f, acts[l], ws[l], 0.0f, acts[l + 1]);
+        Kokkos::fence();
+        forward += seconds(f0, Clock::now());
+        for (std::size_t l = layers; l-- > 0;) {
+          kernels::gemm(kernels::Trans::Yes, kernels::Trans::No, 1.0f, dys[l], acts[l], 0.0f, dws[l]);
+          if (l > 0 || !first_stage)
+            kernels::gemm(kernels::Trans::No, kernels::Trans::No, 1.0f, dys[l], ws[l], 0.0f, dxs[l]);
+        }
+        Kokkos::fence();
       }
-      Kokkos::fence();
       if (!keep) return;
       gemm.push_back(seconds(t0, Clock::now()));
-      gemm_fwd.push_back(seconds(t0, t1));
+      gemm_fwd.push_back(forward);
     };
     auto optimizer_alone = [&](bool keep) {
       MPI_Barrier(MPI_COMM_WORLD);
@@ -271,37 +284,47 @@ int main(int argc, char** argv) {
       if (!ddp) return;  // no one-op floor for ZeRO or tensor parallelism; their time is in the breakdown
       MPI_Barrier(MPI_COMM_WORLD);
       const auto t0 = Clock::now();
-      // A sum, as in the step: the trainer divides the loss gradient by the ranks instead.
-      for (const auto& bucket : trainer.ddp().buckets())
-        comm->all_reduce(View1D<float>(grads.data() + bucket.offset, bucket.numel), comm::ReduceOp::Sum);
+      // A sum, as in the step: the trainer divides the loss gradient by the ranks instead. In
+      // the dtype the step sends (--comm.grad_dtype).
+      for (std::size_t k = 0; k < trainer.ddp().buckets().size(); ++k) {
+        const auto& bucket = trainer.ddp().buckets()[k];
+        if (c.ddp.grad_dtype == DType::BFloat16)
+          comm->all_reduce(View1D<bfloat16>(wire.data() + bucket.offset, bucket.numel), comm::ReduceOp::Sum);
+        else
+          comm->all_reduce(View1D<float>(grads.data() + bucket.offset, bucket.numel), comm::ReduceOp::Sum);
+      }
       if (keep) comm_alone.push_back(seconds(t0, Clock::now()));
     };
     auto passes_alone = [&](bool keep) {
       MPI_Barrier(MPI_COMM_WORLD);
-      Clock::time_point t[5];
-      t[0] = Clock::now();
-      for (auto& l : pass_layers)
-        if (l.gelu) l.act->forward(l.pre);
-      Kokkos::fence();
-      t[1] = Clock::now();
-      for (std::size_t k = pass_layers.size(); k-- > 0;)
-        if (pass_layers[k].gelu) pass_layers[k].act->backward(pass_layers[k].dy);
-      Kokkos::fence();
-      t[2] = Clock::now();
-      for (auto& l : pass_layers)
-        kernels::gemm(kernels::Trans::Yes, kernels::Trans::No, 1.0f, l.dy, ones, 0.0f, l.bias_grad);
-      Kokkos::fence();
-      t[3] = Clock::now();
-      if (last_layer) {
-        if (labelled)
-          nn::cross_entropy_loss(pass_layers.back().pre, labels, loss_grad);
-        else
-          nn::mse_loss(pass_layers.back().pre, target, loss_grad);
+      double took[4] = {0, 0, 0, 0};
+      for (std::int64_t micro = 0; micro < c.accum; ++micro) {
+        Clock::time_point t[5];
+        t[0] = Clock::now();
+        for (auto& l : pass_layers)
+          if (l.gelu) l.act->forward(l.pre);
+        Kokkos::fence();
+        t[1] = Clock::now();
+        for (std::size_t k = pass_layers.size(); k-- > 0;)
+          if (pass_layers[k].gelu) pass_layers[k].act->backward(pass_layers[k].dy);
+        Kokkos::fence();
+        t[2] = Clock::now();
+        for (auto& l : pass_layers)
+          kernels::gemm(kernels::Trans::Yes, kernels::Trans::No, 1.0f, l.dy, ones, 0.0f, l.bias_grad);
+        Kokkos::fence();
+        t[3] = Clock::now();
+        if (last_layer) {
+          if (labelled)
+            nn::cross_entropy_loss(pass_layers.back().pre, labels, loss_grad);
+          else
+            nn::mse_loss(pass_layers.back().pre, target, loss_grad);
+        }
+        Kokkos::fence();
+        t[4] = Clock::now();
+        for (int k = 0; k < 4; ++k) took[k] += seconds(t[k], t[k + 1]);
       }
-      Kokkos::fence();
-      t[4] = Clock::now();
       if (keep)
-        for (int k = 0; k < 4; ++k) pass_alone[k].push_back(seconds(t[k], t[k + 1]));
+        for (int k = 0; k < 4; ++k) pass_alone[k].push_back(took[k]);
     };
     auto copy = [&](bool keep) {
       MPI_Barrier(MPI_COMM_WORLD);

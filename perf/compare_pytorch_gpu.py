@@ -111,6 +111,19 @@ def pytorch_gemm_time(args, device="cuda"):
     return statistics.median(times), products
 
 
+def memory_bound_shares(m, mb):
+    """'GELU forward 0.123 ms (0.85), ...': each memory-bound pass alone and its speed over a
+    copy's. A pass the model does not make (no GELU in a model of one layer) has no share."""
+    parts = []
+    for name, key, part in (("GELU forward", "gelu_forward_only", "gelu_forward"),
+                            ("GELU backward", "gelu_backward_only", "gelu_backward"),
+                            ("bias gradients", "bias_grad_only", "bias_grad"), ("loss", "loss_only", "loss"),
+                            ("AdamW", "optimizer_only", "optimizer")):
+        share = mb["over_copy_bandwidth"].get(part)
+        parts.append(f"{name} {m[key] * 1e3:.3f} ms ({'none' if share is None else f'{share:.2f}'})")
+    return ", ".join(parts)
+
+
 def tessera_run(args, bias_epilogue):
     """Runs tessera-bench-train with TESSERA_GEMM_BIAS_EPILOGUE=1 (True), =0 (False) or unset
     (None: the build's default) and returns its JSON."""
@@ -118,7 +131,9 @@ def tessera_run(args, bias_epilogue):
         path = f.name
     try:
         cmd = [args.bench, "--model.layers", str(args.layers), "--model.dim", str(args.dim), "--train.batch",
-               str(args.batch), "--bench.steps", str(args.steps), "--bench.warmup", str(args.warmup), "--json", path]
+               str(args.batch), "--bench.steps", str(args.steps), "--bench.warmup", str(args.warmup),
+               # Each round times at least one step: no more rounds than steps.
+               "--bench.rounds", str(min(3, args.steps)), "--json", path]
         env = dict(os.environ)
         env.pop("TESSERA_GEMM_BIAS_EPILOGUE", None)
         if bias_epilogue is not None:
@@ -255,10 +270,7 @@ def main():
               f"{out['bias_epilogue_over_separate']:.4f} (lower in "
               f"{sum(r['tessera_bias_epilogue'] < r['tessera_bias_after'] for r in rounds)} of {len(rounds)} rounds)")
     mb = tessera["memory_bound"]
-    shares = ", ".join(f"{name} {m[key] * 1e3:.3f} ms ({mb['over_copy_bandwidth'][part]:.2f})" for name, key, part in (
-        ("GELU forward", "gelu_forward_only", "gelu_forward"), ("GELU backward", "gelu_backward_only", "gelu_backward"),
-        ("bias gradients", "bias_grad_only", "bias_grad"), ("loss", "loss_only", "loss"),
-        ("AdamW", "optimizer_only", "optimizer")))
+    shares = memory_bound_shares(m, mb)
     print(f"  Tessera's memory-bound passes alone (speed / a copy's {mb['copy_bytes_per_s'] / 1e12:.2f} TB/s): "
           f"{shares}; all at the copy's speed, step / GEMMs would be {out['tessera_copy_speed_step_over_gemm']:.3f}")
     print(f"  PyTorch eager, fused AdamW: step {torch_best * 1e3:.2f} ms ({framework}); its {products} GEMMs "

@@ -62,6 +62,16 @@ if "'NVIDIA H200'" not in note or "'NVIDIA H100 80GB HBM3'" not in note:
 if "did not name its GPU" not in (compare.other_gpu_note(None, "NVIDIA H100 80GB HBM3") or ""):
     problems.append("no note where the benchmark names no GPU")
 
+# A model of one layer has no GELU: its shares are null in the benchmark's JSON.
+shares = compare.memory_bound_shares(
+    {"gelu_forward_only": 0.0, "gelu_backward_only": 0.0, "bias_grad_only": 1e-4, "loss_only": 2e-5,
+     "optimizer_only": 3e-4},
+    {"over_copy_bandwidth": {"gelu_forward": None, "gelu_backward": None, "bias_grad": 0.5, "loss": 0.25,
+                             "optimizer": 0.75}})
+if not shares.startswith("GELU forward 0.000 ms (none), GELU backward 0.000 ms (none), bias gradients 0.100 ms "
+                         "(0.50)"):
+    problems.append(f"memory-bound shares of a one-layer model: {shares!r}")
+
 bias_ways = ""
 if len(sys.argv) > 2:
     run = types.SimpleNamespace(bench=sys.argv[2], layers=2, dim=16, batch=8, steps=3, warmup=1, quiet=True)
@@ -83,6 +93,11 @@ if len(sys.argv) > 2:
                             f"after) = {got}, expected {want}")
         bias_ways += f"; epilogue {({True: 'on', False: 'off', None: 'unset'})[epilogue]}: {config['gemm_bias_in_epilogue']} GEMMs with it, " \
                      f"{config['gemm_bias_separate']} after"
+    # Fewer steps than the benchmark's default rounds (3): the script asks for fewer rounds.
+    run.steps = 2
+    config = compare.tessera_run(run, None)["config"]
+    if (config["steps"], config["rounds"]) != (2, 2):
+        problems.append(f"--steps 2: the benchmark ran {config['steps']} steps in {config['rounds']} rounds")
 if problems:
     sys.exit("check_compare_pytorch_gpu.py: " + "; ".join(problems))
 print(f"check_compare_pytorch_gpu.py: {products} products per step, {len(calls)} calls, median {seconds * 1e6:.0f} us"

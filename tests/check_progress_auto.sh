@@ -22,4 +22,10 @@ if grep 'step 2/3' <<<"$launched" | grep -q 'step 1/3'; then
   exit 1
 fi
 grep -q 'step 3/3' <<<"$launched" || { echo "FAILED: no step lines under the launcher"; exit 1; }
-echo "ok: the bar alone, lines under the launcher"
+# On a terminal 40 columns wide, the bar stays on one row: each redraw is cut to 39 characters
+# (a longer one wraps, and the next is drawn a row lower), padded over the one before.
+narrow=$(script -qec "stty cols 40; $train $flags" /dev/null) || { echo "$narrow"; echo "FAILED: the narrow run failed"; exit 1; }
+widest=$(grep 'step 1/3' <<<"$narrow" | tr '\r' '\n' | grep 'step' | awk '{ print length($0) }' | sort -n | tail -1)
+printf 'narrow:\n%s\n' "$narrow" | tr '\r' '|'
+[ -n "$widest" ] && [ "$widest" -le 39 ] || { echo "FAILED: on 40 columns the bar drew $widest characters"; exit 1; }
+echo "ok: the bar alone (within 39 columns on a terminal of 40), lines under the launcher"

@@ -6,6 +6,7 @@
 #include <tessera/tessera.hpp>
 #include <tessera/train/trainer.hpp>
 
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -150,6 +151,7 @@ int main(int argc, char** argv) {
                   c.layers, c.dim, c.layers * (c.dim * c.dim + c.dim), trainer.dataset().describe().c_str(),
                   c.optimizer.c_str(), static_cast<long long>(c.global_batch), steps.c_str(), where.c_str());
     double first_loss = 0, last_loss = 0, elapsed = 0;
+    std::size_t drawn = 0;  // the bar's last line, in characters
     // The verdict at the end compares the mean loss of the first and of the last few steps:
     // each step's batch differs, so one step's loss against another's is partly noise.
     const std::int64_t window = std::max<std::int64_t>(1, std::min<std::int64_t>(5, c.steps / 2));
@@ -197,7 +199,14 @@ int main(int argc, char** argv) {
                     static_cast<long long>(m.step), static_cast<long long>(c.steps), m.loss, m.grad_norm,
                     m.samples_per_s, duration_text(eta).c_str());
       if (tty) {
-        std::printf("\r%-78s", line);  // redrawn in place
+        // Redrawn in place: cut to the terminal's width (a line that wraps would be redrawn a
+        // row lower each time), and padded over what the last one left.
+        std::string text = line;
+        winsize size{};
+        if (ioctl(STDOUT_FILENO, TIOCGWINSZ, &size) == 0 && size.ws_col > 1 && text.size() >= size.ws_col)
+          text.resize(size.ws_col - 1u);
+        std::printf("\r%s%s", text.c_str(), std::string(drawn > text.size() ? drawn - text.size() : 0, ' ').c_str());
+        drawn = text.size();
         if (m.step == c.steps) std::printf("\n");
       } else if (m.step % every == 0 || m.step == 1 || m.step == c.steps) {
         std::printf("%s\n", line);
