@@ -286,8 +286,7 @@ int main(int argc, char** argv) {
       const auto t0 = Clock::now();
       // A sum, as in the step: the trainer divides the loss gradient by the ranks instead. In
       // the dtype the step sends (--comm.grad_dtype).
-      for (std::size_t k = 0; k < trainer.ddp().buckets().size(); ++k) {
-        const auto& bucket = trainer.ddp().buckets()[k];
+      for (const auto& bucket : trainer.ddp().buckets()) {
         if (c.ddp.grad_dtype == DType::BFloat16)
           comm->all_reduce(View1D<bfloat16>(wire.data() + bucket.offset, bucket.numel), comm::ReduceOp::Sum);
         else
