@@ -1,5 +1,6 @@
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 
@@ -83,16 +84,43 @@ void load_model(const std::string& path, nn::ParameterStore& store) {
   detail::QuietHdf5 quiet;
   detail::H5Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
   if (!file.valid()) throw CheckpointError("'" + path + "' is not a readable HDF5 file");
-  for (auto& p : store.parameters()) {
+  // Every check before the first value is read: a refused file leaves the store as it was.
+  if (H5Lexists(file.get(), "/model", H5P_DEFAULT) <= 0)
+    throw CheckpointError("'" + path + "' has no /model group; it is not a Tessera model file");
+  for (const auto& p : store.parameters()) {
     const std::string name = "/model/" + p.name;
-    if (H5Lexists(file.get(), "/model", H5P_DEFAULT) <= 0 || H5Lexists(file.get(), name.c_str(), H5P_DEFAULT) <= 0)
-      throw CheckpointError("'" + path + "' has no " + name);
+    if (H5Lexists(file.get(), name.c_str(), H5P_DEFAULT) <= 0)
+      throw CheckpointError("'" + path + "' has no " + name + "; it holds another model");
     detail::H5Handle ds(TESSERA_CHECK_HDF5(H5Dopen2(file.get(), name.c_str(), H5P_DEFAULT)), H5Dclose);
     detail::H5Handle space(TESSERA_CHECK_HDF5(H5Dget_space(ds.get())), H5Sclose);
     std::vector<hsize_t> dims(static_cast<std::size_t>(TESSERA_CHECK_HDF5(H5Sget_simple_extent_ndims(space.get()))));
     TESSERA_CHECK_HDF5(H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr));
     const std::vector<hsize_t> want(p.shape.begin(), p.shape.end());
-    if (dims != want) throw CheckpointError("'" + path + "': " + name + " has another shape than the model's");
+    if (dims != want)
+      throw CheckpointError("'" + path + "': " + name + " is " + detail::shape_text(dims) + " and the model's is " +
+                            detail::shape_text(want) + "; it holds another model");
+  }
+  // A tensor the model does not have: a file of a deeper or wider model would otherwise load
+  // its first layers into this one in silence.
+  detail::H5Handle group(TESSERA_CHECK_HDF5(H5Gopen2(file.get(), "/model", H5P_DEFAULT)), H5Gclose);
+  H5G_info_t info;
+  TESSERA_CHECK_HDF5(H5Gget_info(group.get(), &info));
+  for (hsize_t k = 0; k < info.nlinks; ++k) {
+    const ssize_t length = TESSERA_CHECK_HDF5(
+        H5Lget_name_by_idx(group.get(), ".", H5_INDEX_NAME, H5_ITER_INC, k, nullptr, 0, H5P_DEFAULT));
+    std::string name(static_cast<std::size_t>(length) + 1, '\0');
+    TESSERA_CHECK_HDF5(
+        H5Lget_name_by_idx(group.get(), ".", H5_INDEX_NAME, H5_ITER_INC, k, name.data(), name.size(), H5P_DEFAULT));
+    name.resize(static_cast<std::size_t>(length));
+    const auto& params = store.parameters();
+    if (std::none_of(params.begin(), params.end(), [&](const nn::Parameter& p) { return p.name == name; }))
+      throw CheckpointError("'" + path + "' holds /model/" + name + ", which the model does not have (" +
+                            std::to_string(info.nlinks) + " tensors in the file, " +
+                            std::to_string(store.parameters().size()) + " in the model); it holds another model");
+  }
+  for (auto& p : store.parameters()) {
+    const std::string name = "/model/" + p.name;
+    detail::H5Handle ds(TESSERA_CHECK_HDF5(H5Dopen2(file.get(), name.c_str(), H5P_DEFAULT)), H5Dclose);
     HostView1D<float> h("tessera::load_model", p.numel);
     TESSERA_CHECK_HDF5(H5Dread(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, h.data()));
     if (store.value_residency() == nn::Residency::Full) {

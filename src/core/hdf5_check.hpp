@@ -6,6 +6,7 @@
 
 #include <string>
 #include <utility>
+#include <vector>
 
 #include <tessera/core/error.hpp>
 
@@ -37,6 +38,14 @@ inline std::string hdf5_error_text() {
       },
       &text);
   return text.empty() ? "HDF5 gave no reason" : text;
+}
+
+/// A dataset's shape as a message shows it: "[90]", "[100, 3]", "a scalar".
+inline std::string shape_text(const std::vector<hsize_t>& dims) {
+  if (dims.empty()) return "a scalar";
+  std::string text = "[";
+  for (std::size_t i = 0; i < dims.size(); ++i) text += (i ? ", " : "") + std::to_string(dims[i]);
+  return text + "]";
 }
 
 /// Owns an HDF5 id and closes it with the matching function (H5Fclose, H5Dclose, ...).

@@ -21,6 +21,7 @@ namespace {
 
 using tessera::detail::H5Handle;
 using tessera::detail::QuietHdf5;
+using tessera::detail::shape_text;
 
 class Hdf5Dataset final : public Dataset {
  public:
@@ -159,13 +160,6 @@ class Hdf5Dataset final : public Dataset {
     std::vector<hsize_t> dims(static_cast<std::size_t>(rank));
     TESSERA_CHECK_HDF5(H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr));
     return dims;
-  }
-  /// "[90]", "[100, 3]", "a scalar".
-  static std::string shape_text(const std::vector<hsize_t>& dims) {
-    if (dims.empty()) return "a scalar";
-    std::string text = "[";
-    for (std::size_t i = 0; i < dims.size(); ++i) text += (i ? ", " : "") + std::to_string(dims[i]);
-    return text + "]";
   }
   /// True when the dataset holds what `native` holds, in any byte order (HDF5 converts it on
   /// reading): a 4-byte float for H5T_NATIVE_FLOAT, a signed 8-byte integer for INT64.

@@ -284,7 +284,24 @@ TEST(ModelFile, SavesEveryParameterInItsGlobalShapeAndLoadsBack) {
   nn::ParameterStore wrong;
   nn::MLP wide(wrong, 2, 6);
   wrong.initialize(1);
-  EXPECT_THROW_WITH(checkpoint::load_model(path, wrong), CheckpointError, "has another shape");
+  EXPECT_THROW_WITH(checkpoint::load_model(path, wrong), CheckpointError,
+                    "/model/layers.0.weight is [5, 5] and the model's is [6, 6]");
+  // A file of a deeper model is refused, not loaded into the first layers in silence.
+  nn::ParameterStore shallow;
+  nn::MLP one_layer(shallow, 1, 5);
+  shallow.initialize(1);
+  EXPECT_THROW_WITH(
+      checkpoint::load_model(path, shallow), CheckpointError,
+      "holds /model/layers.1.bias, which the model does not have (4 tensors in the file, 2 in the model)");
+  // A refused file leaves the model as it was: the first tensors match and the last does not.
+  nn::ParameterStore partly;
+  partly.add("layers.0.weight", {5, 5}, nn::Init::zeros(), nn::ShardSpec::full());
+  partly.add("layers.0.bias", {5}, nn::Init::zeros(), nn::ShardSpec::full());
+  partly.add("layers.1.weight", {5, 4}, nn::Init::zeros(), nn::ShardSpec::full());
+  partly.initialize(1);
+  EXPECT_THROW_WITH(checkpoint::load_model(path, partly), CheckpointError, "/model/layers.1.weight is [5, 5]");
+  EXPECT_EQ(values_of(partly.find("layers.0.weight")), std::vector<float>(25, 0.0f))
+      << "a refused file must not be loaded in part";
   EXPECT_THROW_WITH(checkpoint::save_model(temp("no_such_dir/x.h5"), a, *comm), CheckpointError, "could not write");
   // A store holding a tensor-parallel block of a weight (half its rows) is refused both
   // ways, before the file is opened (reading the whole tensor would overrun the block).
