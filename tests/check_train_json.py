@@ -29,7 +29,7 @@ for key in ("gelu_forward_only", "gelu_backward_only", "bias_grad_only", "loss_o
     assert m[key] > 0, (key, m)
 mb = d["memory_bound"]
 ranks, tp, pp, layers, dim = d["machine"]["ranks"], c["tp"], c["pp"], c["layers"], c["dim"]
-rows = c["global_batch"] // (ranks // (tp * pp))  # accum 1 in these tests
+rows = c["global_batch"] // (ranks // (tp * pp)) // c["accum"]  # a micro-step's rows
 device = c["memory"] == "device"
 stage_sizes = [layers // pp + (1 if s < layers % pp else 0) for s in range(pp)]
 want = {"gelu_forward": 0, "gelu_backward": 0, "bias_grad": 0, "loss": 0}
@@ -46,6 +46,7 @@ for size in stage_sizes:
         else:
             stage["loss"] = rows * out * 12  # MSE: output and target read, gradient written
         stage["bias_grad"] += (rows * out + rows + out) * 4
+    stage = {k: v * c["accum"] for k, v in stage.items()}  # every micro-step makes the passes
     want = {k: max(want[k], stage[k]) for k in want}
     most_per_stage = max(most_per_stage, sum(stage.values()))
     first += size
@@ -75,6 +76,10 @@ b = d["bytes_per_rank_max"]
 assert b["model_state"] > 0 and b["peak_resident"] > b["model_state"], b
 dp = d["machine"]["ranks"] // (d["config"]["tp"] * d["config"]["pp"])
 assert b["comm_per_step"] > 0 if dp > 1 else b["comm_per_step"] == 0, b
+if ddp:  # one all-reduce of every gradient per step, whatever the accumulation, in the wire's dtype
+    wire = {"float32": 4, "bfloat16": 2}[c["grad_dtype"]]
+    sent = 2 * (dp - 1) / dp * layers * (dim * dim + dim) * wire
+    assert abs(b["comm_per_step"] - sent) <= 1e-9 * max(1.0, sent), (b["comm_per_step"], sent, c)
 assert b["tp_comm_per_step"] > 0 if d["config"]["tp"] > 1 else b["tp_comm_per_step"] == 0, b
 assert b["pp_comm_per_step"] > 0 if d["config"]["pp"] > 1 else b["pp_comm_per_step"] == 0, b
 if d["config"]["pp"] > 1:
