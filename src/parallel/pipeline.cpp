@@ -3,6 +3,8 @@
 #include <tessera/parallel/pipeline.hpp>
 
 #include <algorithm>
+#include <mutex>
+#include <vector>
 
 #include "core/clock.hpp"
 
@@ -52,6 +54,33 @@ Pipeline::Pipeline(comm::Communicator& group, std::vector<nn::Module*> replicas,
   dy_.resize(static_cast<std::size_t>(needed));
   forward_sends_.resize(static_cast<std::size_t>(needed));
   backward_sends_.resize(static_cast<std::size_t>(needed));
+}
+
+Pipeline::~Pipeline() {
+  // The replicas' outputs and input gradients belong to the caller, who may write them again
+  // (or free them) as soon as this returns: the sends reading them are waited for.
+  for (auto* sends : {&forward_sends_, &backward_sends_})
+    for (auto& w : *sends) {
+      try {
+        w.wait();
+      } catch (...) {  // failed, and so no longer reading the buffer
+      }
+    }
+  // The gradient receive, when posted ahead (1F1B) and the run ended before its backward:
+  // the next stage may yet send, and the receive writes grad_in_ until it completes or the
+  // communicator stops it. Rather than wait (its sender may be the rank that failed), its
+  // buffer is kept for the process: one micro-batch's gradient, once per failed run.
+  bool posted = false;
+  try {
+    posted = !grad_recv_.test();
+  } catch (...) {  // failed: stopped, and no longer writing
+  }
+  if (posted) {
+    static auto* kept = new std::vector<View2D<float>>;  // never freed: MPI may write it until the end
+    static std::mutex kept_mutex;
+    const std::lock_guard<std::mutex> lock(kept_mutex);
+    kept->push_back(grad_in_);
+  }
 }
 
 void Pipeline::wait(comm::Work& work, const char* what) {

@@ -4,8 +4,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <memory>
 #include <set>
+#include <stdexcept>
+#include <thread>
 #include <vector>
 
 #include <tessera/nn/layers.hpp>
@@ -106,6 +110,69 @@ TEST(Pipeline, EveryScheduleGivesTheWholeModelsLossAndGradients) {
       expect_in_flight(s.max_in_flight, schedule, M, P, stage, what);
       EXPECT_GE(s.span_s, s.idle_s);
     }
+}
+
+/// A stage that passes its input on, into an output buffer the test can write.
+class Echo final : public nn::Module {
+ public:
+  View2D<float> forward(const View2D<const float>& x) override {
+    nn::ensure_shape(y, x.extent(0), x.extent(1), "echo::y");
+    Kokkos::deep_copy(y, x);
+    return y;
+  }
+  View2D<float> backward(const View2D<const float>& dy) override {
+    nn::ensure_shape(dx, dy.extent(0), dy.extent(1), "echo::dx");
+    Kokkos::deep_copy(dx, dy);
+    return dx;
+  }
+  View2D<float> y, dx;
+};
+
+// A run that ends in an exception returns with sends still in flight; the caller may then
+// write the replicas' buffers again. Destroying the pipeline waits for those sends: the next
+// stage, which posts its receive a second later, gets the values sent, not what was written
+// after. 256 KiB per micro-batch goes by rendezvous, so the receiver reads the sender's
+// buffer when it posts its receive.
+TEST(Pipeline, DestroyingItAfterAFailedRunWaitsForTheSendsStillReadingItsReplicas) {
+  if (world().size() != 2) GTEST_SKIP() << "run on 2 ranks";
+  constexpr std::size_t rows = 256, cols = 256;
+  constexpr int M = 3;
+  std::vector<Echo> echoes(M);
+  std::vector<nn::Module*> modules;
+  for (auto& e : echoes) modules.push_back(&e);
+  const auto x = filled(rows, cols, 3);
+  auto pipe = std::make_unique<parallel::Pipeline>(world(), modules, parallel::Schedule::GPipe, M, rows, cols, cols);
+  if (world().rank() == 0) {
+    EXPECT_THROW_WITH(pipe->run(
+                          [&](int m) -> View2D<const float> {
+                            if (m == 2) throw std::runtime_error("no third micro-batch");
+                            return x;
+                          },
+                          {}),
+                      std::runtime_error, "no third micro-batch");
+    pipe.reset();
+    Kokkos::deep_copy(echoes[1].y, std::nanf(""));  // micro-batch 1's output, sent by the failed run
+  } else {
+    std::vector<float> received;
+    EXPECT_THROW_WITH(pipe->run({},
+                                [&](int m, const View2D<const float>& y, View2D<float>& dy) {
+                                  if (m == 0) std::this_thread::sleep_for(std::chrono::seconds(1));
+                                  if (m == 1) {
+                                    const auto h = test::host_copy(y);
+                                    received.assign(h.data(), h.data() + h.size());
+                                    throw std::runtime_error("stop after micro-batch 1");
+                                  }
+                                  nn::ensure_shape(dy, y.extent(0), y.extent(1), "dy");
+                                  return 0.0;
+                                }),
+                      std::runtime_error, "stop after micro-batch 1");
+    const auto sent = test::host_copy(x);
+    ASSERT_EQ(received.size(), sent.size());
+    std::size_t differ = 0;
+    for (std::size_t i = 0; i < received.size(); ++i) differ += received[i] != sent.data()[i];
+    EXPECT_EQ(differ, 0u) << "micro-batch 1 arrived with " << differ << " of " << received.size()
+                          << " values other than those sent (the sender's buffer was written after its run failed)";
+  }
 }
 }  // namespace
 

@@ -56,6 +56,13 @@ class Pipeline {
   /// `rows` per micro-batch; `in` and `out` the stage's input and output widths.
   Pipeline(comm::Communicator& group, std::vector<nn::Module*> replicas, Schedule schedule, int microbatches,
            std::size_t rows, std::size_t in, std::size_t out);
+  /// A run that ended in an exception can leave transfers in flight: waits for the sends
+  /// still reading a replica's buffers (bounded by the communicator's timeout, as its own
+  /// destruction would be), and keeps the buffer of a gradient receive still posted for the
+  /// process, since the receive may complete until the communicator stops it.
+  ~Pipeline();
+  Pipeline(const Pipeline&) = delete;
+  Pipeline& operator=(const Pipeline&) = delete;
 
   /// Replicas the schedule needs on stage `stage` of `stages`.
   static int in_flight(Schedule schedule, int microbatches, int stages, int stage);
