@@ -20,6 +20,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <tessera/core/build_info.hpp>
 #include <tessera/core/error.hpp>
@@ -57,6 +58,32 @@ inline bool g_launched = false;
 /// non-zero or aborted), not the user stopping it: it still removes the unfinished files,
 /// silently.
 inline void quiet_stop_signals() noexcept { g_stop_length[0] = g_stop_length[1] = 0; }
+
+/// Rank 0's report of an error the ranks met together: "NAME: error: TEXT" where they said
+/// the same, "NAME: error on rank 1: TEXT" and "NAME: error on ranks 0, 2: TEXT" where they
+/// differ (at most 8 texts).
+inline void print_rank_texts(const std::string& name, const std::vector<Session::RankText>& texts) {
+  if (texts.size() == 1) {
+    std::fprintf(stderr, "%s: error: %s\n", name.c_str(), texts[0].text.c_str());
+    return;
+  }
+  constexpr std::size_t kShown = 8;
+  std::size_t more_ranks = 0;
+  for (std::size_t i = 0; i < texts.size(); ++i) {
+    const auto& t = texts[i];
+    if (i < kShown)
+      std::fprintf(
+          stderr, "%s: error on rank%s %s%s: %s\n", name.c_str(), t.ranks.size() > 1 ? "s" : "", t.ranks_text.c_str(),
+          t.same_words ? ""
+                       : (" (rank " + std::to_string(t.ranks[0]) + "'s words; the others differ in numbers)").c_str(),
+          t.text.c_str());
+    else
+      more_ranks += t.ranks.size();
+  }
+  if (texts.size() > kShown)
+    std::fprintf(stderr, "%s: and %zu more ranks, with %zu other messages\n", name.c_str(), more_ranks,
+                 texts.size() - kShown);
+}
 }  // namespace detail
 
 /// What an app writes, for what a stop by a signal says of its files: nothing; results
@@ -220,9 +247,16 @@ inline int run_app(int argc, char** argv, CLI::App& app, Outputs outputs, const 
       detail::quiet_stop_signals();
       const auto* error = dynamic_cast<const Error*>(&e);
       const std::string text = error != nullptr ? error->message() : e.what();
-      // Ranks that fail alike fail at about the same time; one that fails alone waits 2 s.
-      if (session.size() == 1 || session.all_arrive_within(std::chrono::seconds(2))) {
-        if (session.rank() == 0) std::fprintf(stderr, "%s: error: %s\n", name.c_str(), text.c_str());
+      if (session.size() == 1) {
+        std::fprintf(stderr, "%s: error: %s\n", name.c_str(), text.c_str());
+        return 1;
+      }
+      // Ranks that fail together fail at about the same time; one that fails alone waits 2 s.
+      // Where all came, rank 0 prints what they said: once where they agree, and where they
+      // differ each text with its ranks (a rank's own failure, and its peers' consequences of
+      // it: a Gloo peer that closes its connections fails its neighbours within milliseconds).
+      if (const auto texts = session.gather_texts_within(text, std::chrono::seconds(2))) {
+        detail::print_rank_texts(name, *texts);
         return 1;
       }
       std::fprintf(stderr, "%s: error: %s [rank %d]\n", name.c_str(), text.c_str(), session.rank());

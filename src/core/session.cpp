@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <cstdlib>
 #include <mutex>
@@ -20,6 +21,7 @@
 
 #include <tessera/core/memory.hpp>
 
+#include "comm/rank_list.hpp"
 #include "core/device_copy.hpp"
 #include "core/kokkos_start.hpp"
 #include "core/log.hpp"
@@ -132,6 +134,7 @@ bool probe_cuda_aware_mpi() {
 
 constexpr int kFinalizeTag = 7200;    // + round, on the control communicator
 constexpr int kRendezvousTag = 7300;  // + round, on the control communicator
+constexpr int kTextsTag = 7400;       // on the control communicator
 
 /// How long the end of the job waits for every rank: TESSERA_COMM_TIMEOUT (seconds; 0 waits
 /// forever; default 600), and once a communicator failed, when a rank may never come, half
@@ -303,12 +306,103 @@ Session::~Session() {
   g_session = nullptr;
 }
 
+namespace {
+/// The arrival fences' rounds: every rank calls all_arrive_within and gather_texts_within
+/// the same number of times, in the same order.
+std::uint64_t g_arrival_round = 0;
+detail::FenceBuffers g_arrival_buffers;  // a request that expired may still write here
+
+std::uint64_t fnv1a(const std::string& text) {
+  std::uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : text) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+}  // namespace
+
 bool Session::all_arrive_within(std::chrono::milliseconds wait) {
-  static detail::FenceBuffers buffers;  // a request that expired may still write here
-  static int round = 0;                 // every rank calls this the same number of times
-  const auto result = detail::fence(g_control, rank_, size_, static_cast<std::uint64_t>(round++), buffers,
-                                    kRendezvousTag, std::chrono::steady_clock::now() + wait, false);
+  const auto result = detail::fence(g_control, rank_, size_, g_arrival_round++, g_arrival_buffers, kRendezvousTag,
+                                    std::chrono::steady_clock::now() + wait, false);
   return result == detail::FenceResult::Agree;
+}
+
+std::optional<std::vector<Session::RankText>> Session::gather_texts_within(const std::string& text,
+                                                                           std::chrono::milliseconds wait) {
+  constexpr std::size_t kMaxText = 4096;
+  const std::string said = text.empty() ? std::string("an error with no message") : text.substr(0, kMaxText);
+  // The round and the text's hash: ranks that all came with the same text agree.
+  const std::uint64_t round = g_arrival_round++;
+  const auto result = detail::fence(g_control, rank_, size_, fnv1a(said) ^ (round * 0x9e3779b97f4a7c15ull),
+                                    g_arrival_buffers, kRendezvousTag, std::chrono::steady_clock::now() + wait, false);
+  if (result == detail::FenceResult::Expired) return std::nullopt;
+  std::vector<std::string> texts;  // rank 0: by rank; empty where none came
+  if (result == detail::FenceResult::Agree) {
+    if (rank_ == 0) texts.assign(static_cast<std::size_t>(size_), said);
+  } else {
+    // Every rank is here and they differ: the texts go to rank 0. Buffers a request may still
+    // use after the deadline are kept for the process.
+    const auto deadline = std::chrono::steady_clock::now() + wait;
+    if (rank_ != 0) {
+      auto* mine = new std::string(said);
+      MPI_Request request = MPI_REQUEST_NULL;
+      MPI_Isend(mine->data(), static_cast<int>(mine->size()), MPI_CHAR, 0, kTextsTag, g_control, &request);
+      if (detail::wait_all_until(&request, 1, deadline, false)) delete mine;
+      return std::vector<RankText>{};
+    }
+    auto* buffer = new std::vector<char>(kMaxText * static_cast<std::size_t>(size_ - 1));
+    std::vector<MPI_Request> requests(static_cast<std::size_t>(size_ - 1), MPI_REQUEST_NULL);
+    for (int r = 1; r < size_; ++r)
+      MPI_Irecv(buffer->data() + kMaxText * static_cast<std::size_t>(r - 1), static_cast<int>(kMaxText), MPI_CHAR, r,
+                kTextsTag, g_control, &requests[static_cast<std::size_t>(r - 1)]);
+    // Each on its own, so that one rank's silence loses its text alone.
+    texts.assign(static_cast<std::size_t>(size_), std::string());
+    texts[0] = said;
+    bool all = true;
+    for (int r = 1; r < size_; ++r) {
+      MPI_Status status;
+      auto& request = requests[static_cast<std::size_t>(r - 1)];
+      if (!detail::wait_all_until(&request, 1, deadline, false, &status)) {
+        MPI_Cancel(&request);
+        all = false;
+        continue;
+      }
+      int count = 0;
+      MPI_Get_count(&status, MPI_CHAR, &count);
+      texts[static_cast<std::size_t>(r)].assign(buffer->data() + kMaxText * static_cast<std::size_t>(r - 1),
+                                                static_cast<std::size_t>(std::max(count, 0)));
+    }
+    if (all) delete buffer;
+  }
+  if (rank_ != 0) return std::vector<RankText>{};
+  // Texts that differ only in their numbers (a rank's own number, a port) are one group, in
+  // its lowest rank's words: at scale the peers of a failed rank would otherwise each be a
+  // group of one, and the failure itself hard to find among them.
+  const auto shape = [](const std::string& t) {
+    std::string key;
+    for (std::size_t i = 0; i < t.size(); ++i)
+      if (!std::isdigit(static_cast<unsigned char>(t[i])))
+        key += t[i];
+      else if (key.empty() || key.back() != '#')
+        key += '#';
+    return key;
+  };
+  std::vector<RankText> groups;
+  std::vector<std::string> shapes;
+  for (int r = 0; r < size_; ++r) {
+    const auto& t = texts[static_cast<std::size_t>(r)];
+    if (t.empty()) continue;  // its text did not come in time
+    const auto key = shape(t);
+    const auto k = static_cast<std::size_t>(std::find(shapes.begin(), shapes.end(), key) - shapes.begin());
+    if (k == shapes.size()) {
+      shapes.push_back(key);
+      groups.push_back(RankText{t, {}, {}, true});
+    }
+    groups[k].ranks.push_back(r);
+    groups[k].same_words = groups[k].same_words && groups[k].text == t;
+  }
+  std::stable_sort(groups.begin(), groups.end(),
+                   [](const RankText& a, const RankText& b) { return a.ranks.size() < b.ranks.size(); });
+  for (auto& g : groups) g.ranks_text = comm::detail::rank_ranges(g.ranks);
+  return groups;
 }
 
 bool Session::active() noexcept { return g_session.load() != nullptr; }

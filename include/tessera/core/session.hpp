@@ -4,7 +4,9 @@
 
 #include <chrono>
 #include <functional>
+#include <optional>
 #include <string>
+#include <vector>
 
 namespace tessera {
 
@@ -53,6 +55,22 @@ class Session {
   /// True on every rank when every rank came in time. (An app uses it to tell an error that
   /// every rank met, after which all can end normally, from one that some ranks met alone.)
   bool all_arrive_within(std::chrono::milliseconds wait);
+
+  /// What the ranks said: one text and the ranks that gave it ("1", "0, 2-5"). Texts that
+  /// differ only in their numbers are one, in the words of its lowest rank.
+  struct RankText {
+    std::string text;
+    std::vector<int> ranks;
+    std::string ranks_text;
+    bool same_words = true;  ///< false: some of the ranks gave other numbers
+  };
+  /// all_arrive_within, with each rank's `text` (an app's error) brought to rank 0. Nullopt on
+  /// every rank when some rank did not come within `wait`. Otherwise rank 0 gets each
+  /// distinct text with the ranks that gave it, those given by the fewest ranks first (most
+  /// often the failure one rank met, before its peers met its consequences), then by lowest
+  /// rank, and the other ranks an empty list. Texts are cut to 4 KiB; the texts of ranks that
+  /// have not sent theirs within another `wait` are left out.
+  std::optional<std::vector<RankText>> gather_texts_within(const std::string& text, std::chrono::milliseconds wait);
 
   /// True while a Session is alive.
   static bool active() noexcept;

@@ -256,6 +256,19 @@ ReduceFn reduce_function(ReduceOp op) {
   throw CommError("the gloo backend got reduce op avg, which the front end should have rewritten");
 }
 
+/// Gloo's words where a peer closed or reset its connection (TCP's "closed" or "reset" on a
+/// read, "broken pipe" on a write): its communicator failed (a timeout or an error there
+/// closes its connections) or its process ended.
+bool peer_closed(const char* what) {
+  return std::strstr(what, "Connection closed by peer") != nullptr ||
+         std::strstr(what, "Connection reset by peer") != nullptr || std::strstr(what, "Broken pipe") != nullptr;
+}
+/// What `op` is told then, beside Gloo's own words; `who`: "the peer", "a peer".
+std::string peer_closed_text(const std::string& op, const char* who, const char* what) {
+  return op + " failed: " + who + " closed its connection, as it does when its communicator fails (a timeout or an " +
+         "error there, which it reports) or its process ends (gloo: " + what + ")";
+}
+
 /// Gloo's unbound buffers can only be waited for (a timed-out wait poisons the context), so
 /// each transfer is waited for on a thread of its own and test() asks that thread. stop()
 /// ends that wait at once: Gloo lets an unbound buffer with an op still pending go (its
@@ -276,14 +289,8 @@ struct GlooTransfer final : PendingTransfer {
         if (std::strstr(e.what(), "Timed out") != nullptr)
           throw DeadlineExceeded{send ? "in gloo send, waiting for the receiver"
                                       : "in gloo recv, waiting for the sender"};
-        // The peer's communicator failed (a timeout or an error there closes its connections)
-        // or its process ended: said so, beside Gloo's own words.
-        if (std::strstr(e.what(), "Connection closed by peer") != nullptr)
-          throw CommError(op + " failed: the peer closed its connection, as it does when its communicator fails " +
-                              "(a timeout or an error there, which it reports) or its process ends (gloo: " + e.what() +
-                              ")",
-                          __FILE__, __LINE__);
-        throw CommError(std::string("gloo ") + (send ? "send" : "recv") + " failed: " + e.what(), __FILE__, __LINE__);
+        if (peer_closed(e.what())) throw CommError(peer_closed_text(op, "the peer", e.what()), __FILE__, __LINE__);
+        throw CommError(op + " failed: gloo: " + e.what(), __FILE__, __LINE__);
       } catch (const gloo::Exception& e) {
         throw CommError(std::string("gloo ") + (send ? "send" : "recv") + " failed: " + e.what(), __FILE__, __LINE__);
       }
@@ -356,7 +363,10 @@ class GlooBackend final : public Backend {
         pending->buffer->recv(op.peer, slot);
       pending->start(deadline.remaining());
     } catch (const gloo::Exception& e) {
-      throw CommError(std::string("gloo ") + op_name(op.type) + " failed: " + e.what(), __FILE__, __LINE__);
+      // Posted on a connection its peer has already closed.
+      if (peer_closed(e.what()))
+        throw CommError(peer_closed_text(pending->op, "the peer", e.what()), __FILE__, __LINE__);
+      throw CommError(pending->op + " failed: gloo: " + e.what(), __FILE__, __LINE__);
     }
     return pending;
   }
@@ -384,6 +394,9 @@ class GlooBackend final : public Backend {
     } catch (const gloo::IoException& e) {
       if (deadline.expired() || std::strstr(e.what(), "Timed out") != nullptr)
         throw DeadlineExceeded{"in gloo " + std::string(op_name(op.type))};
+      if (peer_closed(e.what()))
+        throw CommError(peer_closed_text(std::string("gloo ") + op_name(op.type), "a peer", e.what()), __FILE__,
+                        __LINE__);
       throw CommError(std::string("gloo ") + op_name(op.type) + " failed: " + e.what(), __FILE__, __LINE__);
     } catch (const gloo::Exception& e) {
       throw CommError(std::string("gloo ") + op_name(op.type) + " failed: " + e.what(), __FILE__, __LINE__);
