@@ -491,7 +491,9 @@ int main(int argc, char** argv) {
   app.add_option("--backend", backend_arg, "mpi, gloo, nccl, or all: every one compiled in and usable")
       ->capture_default_str()
       ->transform(apps::one_of({"mpi", "gloo", "nccl", "all"}, "a backend this benchmark runs", {"auto"}));
-  app.add_option("--json,-J,--output_file", json_path, "write the results as JSON to this file")->option_text("FILE");
+  app.add_option("--json,-J,--output_file", json_path, "write the results as JSON to this file")
+      ->option_text("FILE")
+      ->check(tessera::apps::file_name());
   app.add_option("-T,--timeout", timeout_s,
                  "seconds any one of Tessera's calls may take before every rank stops with a diagnosis (default: "
                  "TESSERA_COMM_TIMEOUT, else 600; 0: no limit); the raw library calls have no limit")
@@ -591,6 +593,7 @@ int main(int argc, char** argv) {
       out["settings"]["timeout_s"] = std::chrono::duration<double>(comm->timeout()).count();
       auto raw = perf::RawBaseline::make(*comm, sync);
       for (const auto& op : ops) {
+        bool rounded_noted = false;  // a size that ran as another, said once per op
         if (leader) {
           std::printf(
               "#\n# backend %s, %d rank%s, op %s, dtype %s, redop %s, %d iters x %d rounds, %d warm-up, time: "
@@ -615,6 +618,16 @@ int main(int argc, char** argv) {
           if (!spread) c.count = std::max<std::size_t>(bytes / esz, 1);
           c.per_rank = spread ? c.count / static_cast<std::size_t>(p) : c.count;
           c.bytes = c.count * esz;
+          // A size that is not whole elements (per rank, for the ops that spread the buffer
+          // over the ranks) runs as the nearest below, or as one element per rank.
+          if (leader && c.bytes != bytes && !rounded_noted) {
+            rounded_noted = true;
+            std::printf(
+                "# note: %s moves whole %s elements%s: %zu B runs as %zu B (and any size not a multiple "
+                "of %zu B likewise)\n",
+                op.c_str(), tessera::dtype_name(dtype), spread ? " per rank" : "", bytes, c.bytes,
+                esz * (spread ? static_cast<std::size_t>(p) : 1));
+          }
           Buffers b;
           make_buffers(b, c, p, comm->backend() == comm::Backend::Nccl ? MemoryKind::Device : MemoryKind::Host);
           std::size_t wrong = 0;

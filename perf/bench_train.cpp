@@ -67,7 +67,9 @@ int main(int argc, char** argv) {
          "and a copy alone")
       ->capture_default_str()
       ->check(tessera::apps::whole(1, 1000));
-  app.add_option("--json", json_path, "write the results as JSON")->option_text("FILE");
+  app.add_option("--json", json_path, "write the results as JSON")
+      ->option_text("FILE")
+      ->check(tessera::apps::file_name());
   // tessera-train's output flags have no place here: each is refused, as a usage error, with
   // what this benchmark does instead (not as an unknown option, which says nothing of why).
   const std::pair<const char*, const char*> train_only[] = {
@@ -518,11 +520,13 @@ int main(int argc, char** argv) {
       };
       // What a rank sends: over data parallelism, and where the layout has them over its
       // tensor- and pipeline-parallel groups (the JSON's comm_per_step, tp_ and pp_).
-      std::string sent = "sent " + fixed(mib(bytes[3]), 1) + " MiB per step";
+      // A small model's traffic in three decimals (33 KB read "0.0 MiB").
+      const auto sent_mib = [&](double b) { return fixed(mib(b), b > 0 && mib(b) < 0.1 ? 3 : 1); };
+      std::string sent = "sent " + sent_mib(bytes[3]) + " MiB per step";
       if (bytes[4] + bytes[5] > 0) {
-        sent = "sent per step: dp " + fixed(mib(bytes[3]), 1) + " MiB";
-        if (bytes[4] > 0) sent += ", tp " + fixed(mib(bytes[4]), 1) + " MiB";
-        if (bytes[5] > 0) sent += ", pp " + fixed(mib(bytes[5]), 1) + " MiB";
+        sent = "sent per step: dp " + sent_mib(bytes[3]) + " MiB";
+        if (bytes[4] > 0) sent += ", tp " + sent_mib(bytes[4]) + " MiB";
+        if (bytes[5] > 0) sent += ", pp " + sent_mib(bytes[5]) + " MiB";
       }
       std::printf("  per rank (most):   model state %.1f MiB, working buffers %.1f MiB, peak resident %.1f MiB, %s\n",
                   mib(bytes[0]), mib(bytes[1]), mib(bytes[2]), sent.c_str());

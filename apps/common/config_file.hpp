@@ -27,12 +27,13 @@ namespace tessera::apps {
 /// Where settings came from: the config file, if any, and the options it set.
 struct ConfigSource {
   std::string path;
-  std::vector<std::string> options;  // "--model.layers", ...
-  /// " (set in config file 'f')" when a flag parser's message is about an option the file set.
+  std::vector<std::pair<std::string, int>> options;  // "--model.layers" and its line
+  /// " (set in config file 'f', line 3)" when a flag parser's message is about an option the
+  /// file set.
   std::string blame(const std::string& message) const {
-    for (const auto& o : options)
+    for (const auto& [o, line] : options)
       if (message.find(o + ":") != std::string::npos || message.find(o + " ") != std::string::npos)
-        return " (set in config file '" + path + "')";
+        return " (set in config file '" + path + "'" + (line > 0 ? ", line " + std::to_string(line) : "") + ")";
     return {};
   }
 };
@@ -146,12 +147,20 @@ inline std::vector<std::string> expand_config(int argc, char** argv, const CLI::
     for (const CLI::Option* opt : app.get_options())
       for (const auto& name : opt->get_lnames())
         if (name == key) option = opt;
+    const auto line = lines.find(key);
     if (option == nullptr || key == "config") {
+      const std::string where = "config file '" + path + "'" +
+                                (line != lines.end() ? ", line " + std::to_string(line->second) : std::string()) + ": ";
+      // tessera-bench-train takes tessera-train's files; the reverse, a file with the
+      // benchmark's [bench] section, is not a typo of a training setting.
+      if (key.rfind("bench.", 0) == 0)
+        throw ConfigError(where + "'" + key + "' is tessera-bench-train's setting, and " +
+                          std::filesystem::path(argv[0]).filename().string() +
+                          " takes none of [bench]; keep the benchmark's settings out of the file and give them to "
+                          "tessera-bench-train on its command line (--" +
+                          key + " ...)");
       const std::string near = key == "config" ? std::string() : closest_option(app, key);
-      const auto line = lines.find(key);
-      throw ConfigError("config file '" + path + "'" +
-                        (line != lines.end() ? ", line " + std::to_string(line->second) : std::string()) +
-                        ": unknown setting '" + key + "'" +
+      throw ConfigError(where + "unknown setting '" + key + "'" +
                         (near.empty() ? " (run with --help for the options)" : "; did you mean '" + near + "'?"));
     }
     // The file is blamed for what is wrong with its value only where the command line, whose
@@ -159,7 +168,7 @@ inline std::vector<std::string> expand_config(int argc, char** argv, const CLI::
     const bool on_command_line = std::any_of(args.begin() + 1, args.end(), [&](const std::string& a) {
       return a.size() > 1 && a[0] == '-' && option->check_name(a.substr(0, a.find('=')));
     });
-    if (!on_command_line) source.options.push_back("--" + key);
+    if (!on_command_line) source.options.emplace_back("--" + key, line != lines.end() ? line->second : 0);
     // A flag takes its value after '=' ("quiet = true" is --quiet=true): given apart, the
     // value would be read as a stray argument.
     if (option->get_items_expected_max() == 0 && item.inputs.size() == 1) {

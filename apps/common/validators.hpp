@@ -32,9 +32,9 @@ inline CLI::Validator whole(long long lo, long long hi) {
         char* end = nullptr;
         const long long v = std::strtoll(text.c_str(), &end, 10);
         const std::string range = "a whole number from " + std::to_string(lo) + " to " + std::to_string(hi);
-        if (text.empty() || end == text.c_str() || *end != '\0' || errno == ERANGE)
+        if (text.empty() || end == text.c_str() || *end != '\0')
           return "'" + text + "' is not a whole number; give " + range;
-        if (v < lo || v > hi) return "must be " + range + ", not " + text;
+        if (errno == ERANGE || v < lo || v > hi) return "must be " + range + ", not " + text;
         return {};
       },
       range_words(lo, hi));
@@ -45,6 +45,10 @@ template <class InRange>
 CLI::Validator real(InRange in_range, const std::string& requirement, const std::string& description) {
   return CLI::Validator(
       [in_range, requirement](std::string& text) -> std::string {
+        // strtod's other forms (hexadecimal "0x10", "infinity") are no numbers a flag takes.
+        if (text.find_first_of("xXpP") != std::string::npos)
+          return "'" + text + "' is not a number; give it in decimal (0.001 or 1e-3)";
+        errno = 0;
         char* end = nullptr;
         const double v = std::strtod(text.c_str(), &end);
         // "16GB", "5s": the option's name says its unit.
@@ -52,6 +56,9 @@ CLI::Validator real(InRange in_range, const std::string& requirement, const std:
             std::tolower(static_cast<unsigned char>(*end)) != 'e')  // "1e" is a number cut short
           return "'" + text + "' is not a number; give the number alone (--help gives the option's unit)";
         if (text.empty() || end == text.c_str() || *end != '\0') return "'" + text + "' is not a number";
+        // Beyond a double's range ("1e-400" reads as 0, "1e400" as infinity).
+        if (errno == ERANGE)
+          return "'" + text + "' is beyond the numbers a double holds (about 2.2e-308 to 1.8e308 in size)";
         if (!in_range(v)) return "must be " + requirement + ", not " + text;
         return {};
       },
@@ -73,6 +80,16 @@ inline CLI::Validator non_negative() {
 /// A real number from 0 up to, but not including, 1 (a decay factor such as momentum).
 inline CLI::Validator fraction() {
   return real([](double v) { return v >= 0 && v < 1; }, "0 or more and below 1", "0 or more, below 1");
+}
+
+/// A file to write: a name, not an empty string (a script's `--metrics "$OUT"` with OUT unset
+/// would otherwise turn the output off in silence).
+inline CLI::Validator file_name() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        return text.empty() ? "'' is no file name; give one, or leave the option out" : std::string();
+      },
+      "");
 }
 
 /// "a, b or c".

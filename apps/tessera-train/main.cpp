@@ -59,14 +59,17 @@ int main(int argc, char** argv) {
   flags.add_to(app);
   app.add_option("--metrics", metrics_path, "write one JSON object per step to this file")
       ->option_text("FILE")
+      ->check(tessera::apps::file_name())
       ->group("Output");
   app.add_option("--save", save_path, "write the final parameters to this HDF5 file")
       ->option_text("FILE")
+      ->check(tessera::apps::file_name())
       ->group("Output");
   app.add_option("--trace", trace_path,
                  "write every rank's timeline (step phases, each collective) to this Chrome trace JSON file, "
                  "which Perfetto opens")
       ->option_text("FILE")
+      ->check(tessera::apps::file_name())
       ->group("Output");
   std::string progress = "auto";
   app.add_option("--progress", progress,
