@@ -110,9 +110,9 @@ void Optimizer::begin_step() {
 }
 
 void Optimizer::update(std::size_t offset, std::size_t count) {
-  if (offset + count > size())
-    throw Error(std::string(name()) + "::update: elements [" + std::to_string(offset) + ", " +
-                std::to_string(offset + count) + ") outside its " + std::to_string(size()));
+  if (offset > size() || count > size() - offset)  // offset + count could wrap around
+    throw Error(std::string(name()) + "::update: " + std::to_string(count) + " elements from element " +
+                std::to_string(offset) + ", outside its " + std::to_string(size()));
   if (updates_ == partials_.extent(0)) {
     // More ranges than ever before in a step (the first steps only): keep the sums so far.
     space_.fence();

@@ -651,6 +651,20 @@ TEST(Optimizers, AdamWOverRangesOffFourElementBoundariesFollowsTorchRule) {
   }
 }
 
+// A range outside the parameters is refused, also one whose end wraps around (it passed the
+// check: on a GPU the AdamW kernel then wrote before the buffer, on the host it did nothing).
+TEST(Optimizers, UpdateRefusesARangeOutsideTheParameters) {
+  View1D<float> p("p", 8), g("g", 8);
+  optim::AdamW adamw(p, g);
+  adamw.begin_step();
+  const std::size_t most = std::numeric_limits<std::size_t>::max();
+  EXPECT_THROW_WITH(adamw.update(most, 2), Error, "outside its 8");
+  EXPECT_THROW_WITH(adamw.update(5, most - 2), Error, "outside its 8");
+  EXPECT_THROW_WITH(adamw.update(9, 0), Error, "outside its 8");
+  EXPECT_THROW_WITH(adamw.update(4, 5), Error, "outside its 8");
+  adamw.update(0, 8);  // the whole range is taken
+}
+
 TEST(Optimizers, UpdatingRangesInAnyOrderEqualsOneWholeStep) {
   const std::size_t n = 10000;  // several of the host loop's chunks, and a remainder
   std::vector<double> init(n), grad(n);
