@@ -59,11 +59,14 @@ inline bool g_launched = false;
 /// silently.
 inline void quiet_stop_signals() noexcept { g_stop_length[0] = g_stop_length[1] = 0; }
 
-/// Rank 0's report of an error the ranks met together: "NAME: error: TEXT" where they said
-/// the same, "NAME: error on rank 1: TEXT" and "NAME: error on ranks 0, 2: TEXT" where they
-/// differ (at most 8 texts).
-inline void print_rank_texts(const std::string& name, const std::vector<Session::RankText>& texts) {
-  if (texts.size() == 1) {
+/// Rank 0's report of an error the ranks met together: "NAME: error: TEXT" where all said
+/// the same, else "NAME: error on rank 1: TEXT" and "NAME: error on ranks 0, 2: TEXT" (at
+/// most 8 texts), and the ranks whose text did not come in time.
+inline void print_rank_texts(const std::string& name, const std::vector<Session::RankText>& texts, int ranks) {
+  std::vector<bool> heard(static_cast<std::size_t>(ranks), false);
+  for (const auto& t : texts)
+    for (int r : t.ranks) heard[static_cast<std::size_t>(r)] = true;
+  if (texts.size() == 1 && texts[0].same_words && static_cast<int>(texts[0].ranks.size()) == ranks) {
     std::fprintf(stderr, "%s: error: %s\n", name.c_str(), texts[0].text.c_str());
     return;
   }
@@ -83,6 +86,12 @@ inline void print_rank_texts(const std::string& name, const std::vector<Session:
   if (texts.size() > kShown)
     std::fprintf(stderr, "%s: and %zu more ranks, with %zu other messages\n", name.c_str(), more_ranks,
                  texts.size() - kShown);
+  std::vector<int> silent;
+  for (int r = 0; r < ranks; ++r)
+    if (!heard[static_cast<std::size_t>(r)]) silent.push_back(r);
+  if (!silent.empty())
+    std::fprintf(stderr, "%s: %zu rank%s failed too, whose message did not reach rank 0 in time\n", name.c_str(),
+                 silent.size(), silent.size() > 1 ? "s" : "");
 }
 }  // namespace detail
 
@@ -256,7 +265,7 @@ inline int run_app(int argc, char** argv, CLI::App& app, Outputs outputs, const 
       // differ each text with its ranks (a rank's own failure, and its peers' consequences of
       // it: a Gloo peer that closes its connections fails its neighbours within milliseconds).
       if (const auto texts = session.gather_texts_within(text, std::chrono::seconds(2))) {
-        detail::print_rank_texts(name, *texts);
+        if (session.rank() == 0) detail::print_rank_texts(name, *texts, session.size());
         return 1;
       }
       std::fprintf(stderr, "%s: error: %s [rank %d]\n", name.c_str(), text.c_str(), session.rank());

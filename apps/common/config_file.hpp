@@ -153,7 +153,9 @@ inline std::vector<std::string> expand_config(int argc, char** argv, const CLI::
                                 (line != lines.end() ? ", line " + std::to_string(line->second) : std::string()) + ": ";
       // tessera-bench-train takes tessera-train's files; the reverse, a file with the
       // benchmark's [bench] section, is not a typo of a training setting.
-      if (key.rfind("bench.", 0) == 0)
+      const bool has_bench = std::any_of(app.get_options().begin(), app.get_options().end(),
+                                         [](const CLI::Option* o) { return o->get_name().rfind("--bench.", 0) == 0; });
+      if (key.rfind("bench.", 0) == 0 && !has_bench)
         throw ConfigError(where + "'" + key + "' is tessera-bench-train's setting, and " +
                           std::filesystem::path(argv[0]).filename().string() +
                           " takes none of [bench]; keep the benchmark's settings out of the file and give them to "

@@ -93,7 +93,8 @@ struct TrainFlags {
                    "node or GPU has")
         ->capture_default_str()
         ->check(non_negative());
-    app.add_option("--comm.backend", backend, "auto: NCCL in a GPU build where every rank has a GPU of its own, else MPI")
+    app.add_option("--comm.backend", backend,
+                   "auto: NCCL in a GPU build where every rank has a GPU of its own, else MPI")
         ->capture_default_str()
         ->option_text("{auto,mpi,gloo,nccl}")
         ->check(parsed_by(comm::parse_backend));

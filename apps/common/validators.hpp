@@ -45,7 +45,8 @@ template <class InRange>
 CLI::Validator real(InRange in_range, const std::string& requirement, const std::string& description) {
   return CLI::Validator(
       [in_range, requirement](std::string& text) -> std::string {
-        // strtod's other forms (hexadecimal "0x10", "infinity") are no numbers a flag takes.
+        // Hexadecimal ("0x10", which strtod reads as 16) is no number a flag takes; nor are
+        // "inf" and "nan", refused below with the range.
         if (text.find_first_of("xXpP") != std::string::npos)
           return "'" + text + "' is not a number; give it in decimal (0.001 or 1e-3)";
         errno = 0;
@@ -59,7 +60,7 @@ CLI::Validator real(InRange in_range, const std::string& requirement, const std:
         // Beyond a double's range ("1e-400" reads as 0, "1e400" as infinity).
         if (errno == ERANGE)
           return "'" + text + "' is beyond the numbers a double holds (about 2.2e-308 to 1.8e308 in size)";
-        if (!in_range(v)) return "must be " + requirement + ", not " + text;
+        if (!std::isfinite(v) || !in_range(v)) return "must be " + requirement + ", not " + text;
         return {};
       },
       description);

@@ -21,13 +21,13 @@
 
 #include <tessera/core/memory.hpp>
 
-#include "comm/rank_list.hpp"
 #include "core/device_copy.hpp"
 #include "core/kokkos_start.hpp"
 #include "core/log.hpp"
 #include "core/mpi_check.hpp"
 #include "core/mpi_fence.hpp"
 #include "core/node_share.hpp"
+#include "core/rank_ranges.hpp"
 
 namespace tessera {
 namespace detail {
@@ -345,7 +345,10 @@ std::optional<std::vector<Session::RankText>> Session::gather_texts_within(const
       auto* mine = new std::string(said);
       MPI_Request request = MPI_REQUEST_NULL;
       MPI_Isend(mine->data(), static_cast<int>(mine->size()), MPI_CHAR, 0, kTextsTag, g_control, &request);
-      if (detail::wait_all_until(&request, 1, deadline, false)) delete mine;
+      if (detail::wait_all_until(&request, 1, deadline, false))
+        delete mine;
+      else
+        MPI_Request_free(&request);  // MPI may still read `mine`, kept for the process
       return std::vector<RankText>{};
     }
     auto* buffer = new std::vector<char>(kMaxText * static_cast<std::size_t>(size_ - 1));
@@ -362,6 +365,7 @@ std::optional<std::vector<Session::RankText>> Session::gather_texts_within(const
       auto& request = requests[static_cast<std::size_t>(r - 1)];
       if (!detail::wait_all_until(&request, 1, deadline, false, &status)) {
         MPI_Cancel(&request);
+        MPI_Request_free(&request);  // its buffer is kept for the process
         all = false;
         continue;
       }
@@ -401,7 +405,7 @@ std::optional<std::vector<Session::RankText>> Session::gather_texts_within(const
   }
   std::stable_sort(groups.begin(), groups.end(),
                    [](const RankText& a, const RankText& b) { return a.ranks.size() < b.ranks.size(); });
-  for (auto& g : groups) g.ranks_text = comm::detail::rank_ranges(g.ranks);
+  for (auto& g : groups) g.ranks_text = detail::rank_ranges(g.ranks);
   return groups;
 }
 

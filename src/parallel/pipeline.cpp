@@ -3,7 +3,10 @@
 #include <tessera/parallel/pipeline.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <mutex>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "core/clock.hpp"
@@ -54,33 +57,46 @@ Pipeline::Pipeline(comm::Communicator& group, std::vector<nn::Module*> replicas,
   dy_.resize(static_cast<std::size_t>(needed));
   forward_sends_.resize(static_cast<std::size_t>(needed));
   backward_sends_.resize(static_cast<std::size_t>(needed));
+  forward_sent_.resize(static_cast<std::size_t>(needed));
+  backward_sent_.resize(static_cast<std::size_t>(needed));
 }
 
+namespace {
+/// Keeps a buffer a transfer may still use until the process ends.
+void keep_for_process(const View2D<float>& buffer) {
+  static auto* kept = new std::vector<View2D<float>>;  // never freed: MPI may use them until the end
+  static std::mutex kept_mutex;
+  const std::lock_guard<std::mutex> lock(kept_mutex);
+  kept->push_back(buffer);
+}
+/// True once `work` has completed or failed (a failed transfer no longer uses its buffer).
+bool finished(comm::Work& work) {
+  try {
+    return work.test();
+  } catch (...) {
+    return true;
+  }
+}
+}  // namespace
+
 Pipeline::~Pipeline() {
-  // The replicas' outputs and input gradients belong to the caller, who may write them again
-  // (or free them) as soon as this returns: the sends reading them are waited for.
-  for (auto* sends : {&forward_sends_, &backward_sends_})
-    for (auto& w : *sends) {
-      try {
-        w.wait();
-      } catch (...) {  // failed, and so no longer reading the buffer
-      }
+  // The sends still reading the replicas' outputs and input gradients, which belong to the
+  // caller: the next stage, where it is alive, posts their receives soon, so they are waited
+  // for a while; one still pending then keeps its buffer for the process. The wait is short:
+  // a peer that failed too is waiting for this rank at the end of the job (2 s).
+  const auto until = Clock::now() + std::chrono::milliseconds(1500);
+  for (auto [sends, sent] :
+       {std::make_pair(&forward_sends_, &forward_sent_), std::make_pair(&backward_sends_, &backward_sent_)})
+    for (std::size_t r = 0; r < sends->size(); ++r) {
+      auto& w = (*sends)[r];
+      while (!finished(w) && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      if (!finished(w)) keep_for_process((*sent)[r]);
     }
   // The gradient receive, when posted ahead (1F1B) and the run ended before its backward:
   // the next stage may yet send, and the receive writes grad_in_ until it completes or the
   // communicator stops it. Rather than wait (its sender may be the rank that failed), its
   // buffer is kept for the process: one micro-batch's gradient, once per failed run.
-  bool posted = false;
-  try {
-    posted = !grad_recv_.test();
-  } catch (...) {  // failed: stopped, and no longer writing
-  }
-  if (posted) {
-    static auto* kept = new std::vector<View2D<float>>;  // never freed: MPI may write it until the end
-    static std::mutex kept_mutex;
-    const std::lock_guard<std::mutex> lock(kept_mutex);
-    kept->push_back(grad_in_);
-  }
+  if (!finished(grad_recv_)) keep_for_process(grad_in_);
 }
 
 void Pipeline::wait(comm::Work& work, const char* what) {
@@ -121,6 +137,7 @@ void Pipeline::forward(int m, const Input& input, const Loss& loss, double& loss
     // grad_in_ is free: the previous backward, its last reader, has completed.
     if (then_backward >= 0) post_gradient_recv(then_backward);
     forward_sends_[r] = group_.send_async(y, stage_ + 1, m);
+    forward_sent_[r] = y;
   }
 }
 
@@ -151,6 +168,7 @@ void Pipeline::backward(int m, const Around& before, const Around& after) {
     stats_.backward_s += seconds_since(t);
     if (trace::enabled()) trace::record("step", "backward (input)", "step", t, Clock::now());
     backward_sends_[r] = group_.send_async(dx, stage_ - 1, microbatches_ + m);
+    backward_sent_[r] = dx;
     t = Clock::now();
     replicas_[r]->backward_weights();
     Kokkos::DefaultExecutionSpace().fence();

@@ -129,9 +129,9 @@ class Echo final : public nn::Module {
 };
 
 // A run that ends in an exception returns with sends still in flight; the caller may then
-// write the replicas' buffers again. Destroying the pipeline waits for those sends: the next
-// stage, which posts its receive a second later, gets the values sent, not what was written
-// after. 256 KiB per micro-batch goes by rendezvous, so the receiver reads the sender's
+// write the replicas' buffers again. Destroying the pipeline waits for those sends (up to
+// 1.5 s): the next stage, which posts its receive 0.3 s later, gets the values sent, not what
+// was written after. 256 KiB per micro-batch goes by rendezvous, so the receiver reads the sender's
 // buffer when it posts its receive.
 TEST(Pipeline, DestroyingItAfterAFailedRunWaitsForTheSendsStillReadingItsReplicas) {
   if (world().size() != 2) GTEST_SKIP() << "run on 2 ranks";
@@ -156,7 +156,7 @@ TEST(Pipeline, DestroyingItAfterAFailedRunWaitsForTheSendsStillReadingItsReplica
     std::vector<float> received;
     EXPECT_THROW_WITH(pipe->run({},
                                 [&](int m, const View2D<const float>& y, View2D<float>& dy) {
-                                  if (m == 0) std::this_thread::sleep_for(std::chrono::seconds(1));
+                                  if (m == 0) std::this_thread::sleep_for(std::chrono::milliseconds(300));
                                   if (m == 1) {
                                     const auto h = test::host_copy(y);
                                     received.assign(h.data(), h.data() + h.size());

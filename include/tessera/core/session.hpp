@@ -64,8 +64,10 @@ class Session {
     std::string ranks_text;
     bool same_words = true;  ///< false: some of the ranks gave other numbers
   };
-  /// all_arrive_within, with each rank's `text` (an app's error) brought to rank 0. Nullopt on
-  /// every rank when some rank did not come within `wait`. Otherwise rank 0 gets each
+  /// all_arrive_within, with each rank's `text` (an app's error) brought to rank 0. Nullopt
+  /// when some rank did not come within `wait` (each rank keeps its own deadline: a rank that
+  /// came last, near another's deadline, may see all arrive where that one did not; the app
+  /// then aborts the job either way). Otherwise rank 0 gets each
   /// distinct text with the ranks that gave it, those given by the fewest ranks first (most
   /// often the failure one rank met, before its peers met its consequences), then by lowest
   /// rank, and the other ranks an empty list. Texts are cut to 4 KiB; the texts of ranks that

@@ -56,10 +56,11 @@ class Pipeline {
   /// `rows` per micro-batch; `in` and `out` the stage's input and output widths.
   Pipeline(comm::Communicator& group, std::vector<nn::Module*> replicas, Schedule schedule, int microbatches,
            std::size_t rows, std::size_t in, std::size_t out);
-  /// A run that ended in an exception can leave transfers in flight: waits for the sends
-  /// still reading a replica's buffers (bounded by the communicator's timeout, as its own
-  /// destruction would be), and keeps the buffer of a gradient receive still posted for the
-  /// process, since the receive may complete until the communicator stops it.
+  /// A run that ended in an exception can leave transfers in flight. The sends still reading
+  /// the replicas' outputs and input gradients are waited for up to 1.5 s (the next stage,
+  /// alive, posts their receives soon); one still pending after that keeps its buffer alive
+  /// for the process, and the caller must not write that replica's buffers again: the peer
+  /// may yet receive them. A gradient receive still posted keeps its buffer for the process.
   ~Pipeline();
   Pipeline(const Pipeline&) = delete;
   Pipeline& operator=(const Pipeline&) = delete;
@@ -101,6 +102,7 @@ class Pipeline {
   int grad_recv_for_ = -1;                                  // the micro-batch it is posted for (-1: none)
   std::vector<View2D<float>> dy_;                           // per replica (last stage): the loss gradient
   std::vector<comm::Work> forward_sends_, backward_sends_;  // per replica: its last send
+  std::vector<View2D<float>> forward_sent_, backward_sent_;  // and the buffer it reads
   std::size_t live_ = 0;
   PipelineStats stats_;
 };
