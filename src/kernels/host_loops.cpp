@@ -37,6 +37,10 @@ const HostLoops& host_loops_named(const char* isa) {
     if (std::string(l->isa) == lower) return *l;
     names += std::string(names.empty() ? "" : ", ") + l->isa;
   }
+  // A GPU build has the baseline loops alone, and runs its elementwise kernels on the GPU: a
+  // site's TESSERA_HOST_ISA for its CPU builds is said to have no effect, not an error.
+  if constexpr (memory_kind_of_space<DeviceMemorySpace>() == MemoryKind::Device)
+    if (lower == "avx2" || lower == "avx512") return k_baseline_loops;
   throw ConfigError(std::string("TESSERA_HOST_ISA='") + isa +
                     "' is not an instruction set this build and CPU run; use " + names);
 }
@@ -56,7 +60,7 @@ const HostLoops& host_loops() {
 void check_host_isa_setting(bool note_unused) {
   const char* isa = std::getenv("TESSERA_HOST_ISA");
   if (isa == nullptr || *isa == '\0') return;
-  host_loops();  // throws ConfigError for a name this build or CPU does not run
+  host_loops();  // throws ConfigError for a name this build or CPU does not run (a GPU build: one no build has)
   if constexpr (memory_kind_of_space<DeviceMemorySpace>() == MemoryKind::Device) {
     if (note_unused)
       tessera::detail::logger().warn(
