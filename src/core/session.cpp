@@ -312,7 +312,7 @@ namespace {
 std::uint64_t g_arrival_round = 0;
 detail::FenceBuffers g_arrival_buffers;  // a request that expired may still write here
 
-std::uint64_t fnv1a(const std::string& text) {
+std::uint64_t text_hash(const std::string& text) {  // FNV-1a
   std::uint64_t h = 1469598103934665603ull;
   for (unsigned char c : text) h = (h ^ c) * 1099511628211ull;
   return h;
@@ -331,7 +331,7 @@ std::optional<std::vector<Session::RankText>> Session::gather_texts_within(const
   const std::string said = text.empty() ? std::string("an error with no message") : text.substr(0, kMaxText);
   // The round and the text's hash: ranks that all came with the same text agree.
   const std::uint64_t round = g_arrival_round++;
-  const auto result = detail::fence(g_control, rank_, size_, fnv1a(said) ^ (round * 0x9e3779b97f4a7c15ull),
+  const auto result = detail::fence(g_control, rank_, size_, text_hash(said) ^ (round * 0x9e3779b97f4a7c15ull),
                                     g_arrival_buffers, kRendezvousTag, std::chrono::steady_clock::now() + wait, false);
   if (result == detail::FenceResult::Expired) return std::nullopt;
   std::vector<std::string> texts;  // rank 0: by rank; empty where none came
