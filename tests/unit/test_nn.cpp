@@ -617,16 +617,30 @@ TEST(Optimizers, AdamWFollowsTorchRuleAndDefaults) {
   EXPECT_THROW_WITH(optim::AdamW(p, g, {1e-3f, 1.0f, 0.999f, 1e-8f, 0.01f}), ConfigError, "betas in [0, 1)");
 }
 
+void adamw_over_ranges(std::size_t p_shift, std::size_t g_shift);
+
 TEST(Optimizers, AdamWOverRangesOffFourElementBoundariesFollowsTorchRule) {
   // On a GPU the update runs four elements per thread where they are 16-byte aligned and one
-  // per thread before and after: ranges that start and end at every offset modulo 4.
+  // per thread before and after: ranges that start and end at every offset modulo 4. And the
+  // parameters or gradients at an address off 16 bytes (a ZeRO shard that starts at an odd
+  // element) take the path of one element per thread throughout.
+  for (const auto& [p_shift, g_shift] : {std::make_pair(0, 0), std::make_pair(1, 0), std::make_pair(0, 3)}) {
+    SCOPED_TRACE("parameters " + std::to_string(p_shift) + " and gradients " + std::to_string(g_shift) +
+                 " elements into their buffers");
+    adamw_over_ranges(static_cast<std::size_t>(p_shift), static_cast<std::size_t>(g_shift));
+  }
+}
+
+void adamw_over_ranges(std::size_t p_shift, std::size_t g_shift) {
   const std::size_t n = 1003;
   std::vector<double> init(n), grad(n);
   for (std::size_t i = 0; i < n; ++i) {
     init[i] = static_cast<float>(std::sin(0.3 * static_cast<double>(i)));
     grad[i] = static_cast<float>(std::cos(1.7 * static_cast<double>(i)));
   }
-  View1D<float> p("p", n), g("g", n);
+  View1D<float> p_buffer("p", n + p_shift), g_buffer("g", n + g_shift);
+  View1D<float> p = Kokkos::subview(p_buffer, std::make_pair(p_shift, p_shift + n));
+  View1D<float> g = Kokkos::subview(g_buffer, std::make_pair(g_shift, g_shift + n));
   put(p, init);
   put(g, grad);
   const float lr = 1e-2f, wd = 0.1f;
