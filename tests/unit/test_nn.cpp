@@ -115,6 +115,17 @@ TEST(Gemm, AllTransposeCombinationsMatchANaiveLoop) {
 // Column slices of wider matrices are row-major views whose rows lie further apart than
 // their width: the GEMM must read and write them at that pitch (it passed the width, and read
 // the wrong elements), and leave C's other columns alone.
+// An extent past a BLAS int is refused before any call (BLAS would read it as negative or
+// wrapped). The views hold no memory: nothing is read before the check.
+TEST(Gemm, ExtentsPastABlasIntAreRefused) {
+  const std::size_t rows = std::size_t(1) << 31;
+  const View2D<const float> tall(static_cast<const float*>(nullptr), rows, 1);
+  View2D<float> out(static_cast<float*>(nullptr), rows, 1);
+  const View2D<const float> one(static_cast<const float*>(nullptr), 1, 1);
+  EXPECT_THROW_WITH(kernels::gemm(kernels::Trans::No, kernels::Trans::No, 1, tall, one, 0, out), Error,
+                    "a matrix extent 2147483648 exceeds the largest a BLAS call takes (2147483647)");
+}
+
 TEST(Gemm, ColumnSlicesOfWiderMatricesAreReadAtTheirRowPitch) {
   using kernels::BiasAdd;
   using kernels::Trans;
