@@ -476,7 +476,32 @@ parallel::ZeroDataParallel& Trainer::zero() {
   return *zero;
 }
 
+namespace {
+// "training diverged at step 3: the loss is nan (step 2's loss was 0.41)" of the whole advice.
+std::string first_sentence(const std::string& text) {
+  const auto end = text.find(". ");
+  return end == std::string::npos ? text : text.substr(0, end);
+}
+}  // namespace
+
 StepMetrics Trainer::step() {
+  if (!failed_.empty())
+    TESSERA_THROW(Error, "this Trainer cannot step again: step " + std::to_string(steps_done_ + 1) + " failed (" +
+                             failed_ +
+                             "), and left the parameters, gradients and optimizer state partway through it. "
+                             "Build a new Trainer (from a saved model, if there is one)");
+  try {
+    return step_once();
+  } catch (const Error& e) {
+    failed_ = first_sentence(e.message());
+    throw;
+  } catch (const std::exception& e) {
+    failed_ = first_sentence(e.what());
+    throw;
+  }
+}
+
+StepMetrics Trainer::step_once() {
   StepMetrics m;
   const auto start = Clock::now();
   const double bytes_before = dp_->bytes_sent();
@@ -623,7 +648,7 @@ StepMetrics Trainer::step() {
   comm_.all_reduce({sums, 2}, comm::ReduceOp::Sum);
   mark("loss and norm", averaging);
   grad_sq = strategy_->sharded_update() ? sums[1] : sums[1] / static_cast<double>(dp_->size());
-  m.step = ++steps_done_;
+  m.step = steps_done_ + 1;
   // Only the last pipeline stage computes the loss: the sum over the ranks of one replica's
   // last stage, over the replicas.
   m.loss = sums[0] / static_cast<double>(comm_.size() / config_.pp);
@@ -642,6 +667,7 @@ StepMetrics Trainer::step() {
     throw NonFiniteError(what.str());
   }
   last_finite_loss_ = m.loss;
+  steps_done_ = m.step;
   m.step_time_s = seconds_since(start);
   m.samples_per_s = static_cast<double>(config_.global_batch) / m.step_time_s;
   m.model_state_bytes = store_.resident_bytes() + optimizer_->state_bytes();

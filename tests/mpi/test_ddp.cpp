@@ -278,6 +278,36 @@ TEST(DDP, Bfloat16GradientsTrainCloseToTheSingleProcessRun) {
   }
 }
 
+// A diverging run throws on every rank at the same step, that step does not count as done,
+// and the trainer refuses to step again (its state is partway through the failed step; an
+// all-reduce on NaN parameters would only throw again, or, with one rank stepping and another
+// not, wait for a peer that never comes).
+TEST(DDP, ADivergedStepStopsEveryRankAndTheTrainerStepsNoMore) {
+  auto c = small_config();
+  c.optimizer = "sgd";
+  c.lr = 1e6f;
+  train::Trainer t(c, world());
+  std::int64_t failed_at = 0;
+  try {
+    t.run();
+    ADD_FAILURE() << "lr 1e6 trained " << t.steps_done() << " steps without a non-finite loss";
+  } catch (const NonFiniteError& e) {
+    failed_at = t.steps_done() + 1;
+    EXPECT_NE(e.message().find("training diverged at step " + std::to_string(failed_at) + ":"), std::string::npos)
+        << e.message();
+  }
+  ASSERT_GT(failed_at, 1) << "the first step's loss comes before any update, so it is finite";
+  EXPECT_LT(failed_at, c.steps);
+  // The same step on every rank: the largest and the smallest agree.
+  double at[2] = {static_cast<double>(failed_at), -static_cast<double>(failed_at)};
+  world().all_reduce({at, 2}, comm::ReduceOp::Max);
+  EXPECT_EQ(at[0], -at[1]) << "the ranks stopped at different steps";
+  EXPECT_THROW_WITH(t.step(), Error,
+                    "this Trainer cannot step again: step " + std::to_string(failed_at) +
+                        " failed (training diverged at step " + std::to_string(failed_at) + ": ");
+  EXPECT_EQ(t.steps_done(), failed_at - 1) << "a refused step must not count";
+}
+
 TEST(DDP, BadLayoutsAreConfigErrors) {
   auto c = small_config();
   c.global_batch = 25;

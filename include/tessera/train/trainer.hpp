@@ -126,7 +126,9 @@ class Trainer {
   Trainer(TrainConfig config, comm::Communicator& comm);
   ~Trainer();
   /// One optimizer step. Throws NonFiniteError, on every rank alike, when the loss or the
-  /// gradient norm is NaN or infinite (the parameters are then no longer usable).
+  /// gradient norm is NaN or infinite (the parameters are then no longer usable). A step that
+  /// threw leaves the parameters, gradients and optimizer state partway through it, so every
+  /// later step() throws an Error that names the failed step: build a new Trainer instead.
   StepMetrics step();
   /// config.steps steps; calls on_step after each.
   void run(const std::function<void(const StepMetrics&)>& on_step = {});
@@ -144,9 +146,11 @@ class Trainer {
   /// The ZeRO strategy; throws when DDP runs.
   parallel::ZeroDataParallel& zero();
   const TrainConfig& config() const noexcept { return config_; }
+  /// Steps completed; a step that threw does not count.
   std::int64_t steps_done() const noexcept { return steps_done_; }
 
  private:
+  StepMetrics step_once();
   TrainConfig config_;
   comm::Communicator& comm_;
   std::unique_ptr<comm::DeviceMesh> mesh_;  // with tensor or pipeline parallelism
@@ -167,6 +171,7 @@ class Trainer {
   std::vector<std::int64_t> micro_indices_;
   std::int64_t steps_done_ = 0;
   double last_finite_loss_ = 0;
+  std::string failed_;  // why a step threw (what every later step() names)
 };
 
 }  // namespace tessera::train
