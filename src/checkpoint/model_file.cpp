@@ -1,8 +1,13 @@
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
+#include <system_error>
+#include <vector>
 
 #include <tessera/checkpoint/model_file.hpp>
 #include <tessera/core/error.hpp>
@@ -12,6 +17,63 @@
 #include "core/hdf5_check.hpp"
 
 namespace tessera::checkpoint {
+
+namespace {
+
+/// The model file's bytes: HDF5's core driver, without a backing store, builds it in memory.
+std::vector<char> file_image(const nn::ParameterStore& store, const std::vector<float>& values) {
+  std::size_t bytes = 64 * 1024;  // the superblock, the group and a header per dataset, with room
+  for (const auto& p : store.parameters()) bytes += p.numel * sizeof(float) + 1024;
+  detail::H5Handle fapl(TESSERA_CHECK_HDF5(H5Pcreate(H5P_FILE_ACCESS)), H5Pclose);
+  TESSERA_CHECK_HDF5(H5Pset_fapl_core(fapl.get(), bytes, 0));
+  detail::H5Handle file(
+      TESSERA_CHECK_HDF5(H5Fcreate("tessera-model-in-memory.h5", H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get())), H5Fclose);
+  {
+    detail::H5Handle group(TESSERA_CHECK_HDF5(H5Gcreate2(file.get(), "/model", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)),
+                           H5Gclose);
+    for (const auto& p : store.parameters()) {
+      std::vector<hsize_t> dims(p.shape.begin(), p.shape.end());
+      detail::H5Handle space(TESSERA_CHECK_HDF5(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr)),
+                             H5Sclose);
+      detail::H5Handle ds(TESSERA_CHECK_HDF5(H5Dcreate2(group.get(), p.name.c_str(), H5T_IEEE_F32LE, space.get(),
+                                                        H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)),
+                          H5Dclose);
+      TESSERA_CHECK_HDF5(H5Dwrite(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data() + p.offset));
+    }
+  }
+  TESSERA_CHECK_HDF5(H5Fflush(file.get(), H5F_SCOPE_GLOBAL));
+  const ssize_t size = TESSERA_CHECK_HDF5(H5Fget_file_image(file.get(), nullptr, 0));
+  std::vector<char> image(static_cast<std::size_t>(size));
+  TESSERA_CHECK_HDF5(H5Fget_file_image(file.get(), image.data(), image.size()));
+  return image;
+}
+
+/// Writes `bytes` to `path`, this save's own copy (created with the default mode, or emptied:
+/// a copy left by a killed run of the same process id); errno's words where a write fails.
+/// replace_file flushes it to the disk.
+void write_new_file(const std::string& path, const std::vector<char>& bytes) {
+  const auto fail = [&path](const char* doing) {
+    const int e = errno;
+    return std::system_error(e, std::generic_category(), "could not " + std::string(doing) + " '" + path + "'");
+  };
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+  if (fd < 0) throw fail("create");
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      if (n == 0) errno = ENOSPC;  // a write that takes nothing: the disk has no room
+      const auto error = fail("write");
+      ::close(fd);
+      throw error;
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  if (::close(fd) != 0) throw fail("close");
+}
+
+}  // namespace
 
 void save_model(const std::string& path, const nn::ParameterStore& store, comm::Communicator& comm) {
   for (const auto& p : store.parameters())
@@ -40,26 +102,13 @@ void save_model(const std::string& path, const nn::ParameterStore& store, comm::
       if (std::filesystem::is_directory(target)) throw CheckpointError("it is a directory; give a file name");
       if (std::filesystem::exists(target) && !std::filesystem::is_regular_file(target))
         throw CheckpointError("'" + target.string() + "' is not a regular file (a device, FIFO or socket)");
-      {
-        detail::H5Handle file(TESSERA_CHECK_HDF5(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT)),
-                              H5Fclose);
-        detail::H5Handle group(
-            TESSERA_CHECK_HDF5(H5Gcreate2(file.get(), "/model", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)), H5Gclose);
-        for (const auto& p : store.parameters()) {
-          std::vector<hsize_t> dims(p.shape.begin(), p.shape.end());
-          detail::H5Handle space(
-              TESSERA_CHECK_HDF5(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr)), H5Sclose);
-          detail::H5Handle ds(TESSERA_CHECK_HDF5(H5Dcreate2(group.get(), p.name.c_str(), H5T_IEEE_F32LE, space.get(),
-                                                            H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)),
-                              H5Dclose);
-          TESSERA_CHECK_HDF5(
-              H5Dwrite(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data() + p.offset));
-        }
-        TESSERA_CHECK_HDF5(H5Fflush(file.get(), H5F_SCOPE_GLOBAL));
-        // Closed here, checked: a file system may report a failed write only at close.
-        group.reset();
-        TESSERA_CHECK_HDF5(H5Fclose(file.release()));
-      }
+      // HDF5 builds the file in memory, and it reaches the disk through plain writes: a disk
+      // that fills (or a quota, or a file-size limit) then fails a write of ours, reported
+      // with errno's words. A write that failed inside HDF5 left the file in HDF5's tables
+      // after a failed close, and HDF5 1.10 crashed closing it again in MPI_Finalize. The
+      // price: the file's bytes twice in rank 0's host memory while it is written.
+      const std::vector<char> image = file_image(store, values);
+      write_new_file(tmp, image);
       replace_file(tmp, target);
     } catch (const std::exception& e) {
       std::error_code ignore;
@@ -69,7 +118,15 @@ void save_model(const std::string& path, const nn::ParameterStore& store, comm::
       error = tessera_error != nullptr ? tessera_error->message() : e.what();  // decorated once, below
     }
   }
-  comm.broadcast({&failed, 1}, 0);  // every rank learns whether the file was written
+  // Every rank learns whether the file was written, and why not: all say the same words.
+  std::vector<std::int32_t> word(1 + 1024, 0);
+  word[0] = failed;
+  for (std::size_t i = 0; i < error.size() && i + 2 < word.size(); ++i)
+    word[i + 1] = static_cast<unsigned char>(error[i]);
+  comm.broadcast({word.data(), word.size()}, 0);
+  failed = word[0];
+  error.clear();
+  for (std::size_t i = 1; i < word.size() && word[i] != 0; ++i) error += static_cast<char>(word[i]);
   if (failed)
     throw CheckpointError("could not write the model to '" + path + "'" + (error.empty() ? "" : ": " + error));
 }
@@ -95,6 +152,12 @@ void load_model(const std::string& path, nn::ParameterStore& store) {
     detail::H5Handle space(TESSERA_CHECK_HDF5(H5Dget_space(ds.get())), H5Sclose);
     std::vector<hsize_t> dims(static_cast<std::size_t>(TESSERA_CHECK_HDF5(H5Sget_simple_extent_ndims(space.get()))));
     TESSERA_CHECK_HDF5(H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr));
+    // Floating point of any width reads as float32; integers, strings or compounds would be
+    // converted in silence, or fail halfway through the reads below.
+    detail::H5Handle type(TESSERA_CHECK_HDF5(H5Dget_type(ds.get())), H5Tclose);
+    if (H5Tget_class(type.get()) != H5T_FLOAT)
+      throw CheckpointError("'" + path + "': " + name +
+                            " does not hold floating-point values; it is not a Tessera model file");
     const std::vector<hsize_t> want(p.shape.begin(), p.shape.end());
     if (dims != want)
       throw CheckpointError("'" + path + "': " + name + " is " + detail::shape_text(dims) + " and the model's is " +

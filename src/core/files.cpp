@@ -1,6 +1,7 @@
 #include <tessera/core/files.hpp>
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <array>
@@ -65,6 +66,19 @@ std::error_code sync_path(const std::filesystem::path& path, int flags) {
 }  // namespace
 
 void replace_file(const std::filesystem::path& written, const std::filesystem::path& target) {
+  // The file it replaces keeps its permissions (a private model stays private), and its owner
+  // and group where this process may give them (root, or a group it is in); the copy was made
+  // with the default mode.
+  struct stat had {};
+  if (::stat(target.c_str(), &had) == 0) {
+    if (::chown(written.c_str(), had.st_uid, had.st_gid) != 0) {
+      // Not allowed (another user's file this one may write): the copy stays this user's.
+    }
+    if (::chmod(written.c_str(), had.st_mode & 07777) != 0)
+      throw std::system_error(
+          errno, std::generic_category(),
+          "'" + written.string() + "' could not be given the permissions of '" + target.string() + "'");
+  }
   if (const auto ec = sync_path(written, O_RDONLY))
     throw std::system_error(ec, "'" + written.string() + "' could not be flushed to the disk");
   std::filesystem::rename(written, target);  // throws filesystem_error, leaving the target as it was

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 
 #include <tessera/core/error.hpp>
 #include <tessera/data/dataset.hpp>
@@ -40,6 +41,11 @@ class Hdf5Dataset final : public Dataset {
     }
     if (std::filesystem::is_directory(path))
       throw ConfigError("dataset '" + path + "' is a directory; give the HDF5 file in it");
+    // A FIFO or a device: HDF5 would wait in open() for a writer that may never come.
+    if (!std::filesystem::is_regular_file(path))
+      throw ConfigError("dataset '" + path +
+                        "' is not a regular file (a FIFO, socket or device); HDF5 reads a file it can seek in, "
+                        "so copy the data to one");
     QuietHdf5 quiet;
     const htri_t is_hdf5 = H5Fis_hdf5(path.c_str());
     if (is_hdf5 < 0) {
@@ -99,6 +105,10 @@ class Hdf5Dataset final : public Dataset {
       if (!all.empty() && *lo < 0)
         throw bad("/labels row " + std::to_string(lo - all.begin()) + " holds " + std::to_string(*lo) +
                   ", a negative label; labels are class numbers 0, 1, ..., classes - 1");
+      // The classes are the top label + 1, which a label of INT64_MAX would overflow.
+      if (!all.empty() && *hi == std::numeric_limits<std::int64_t>::max())
+        throw bad("/labels row " + std::to_string(hi - all.begin()) + " holds " + std::to_string(*hi) +
+                  ", the largest int64 (a fill value?); labels are class numbers 0, 1, ..., classes - 1");
       classes_ = all.empty() ? 0 : *hi + 1;
       top_label_row_ = all.empty() ? 0 : hi - all.begin();
     }

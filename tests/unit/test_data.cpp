@@ -1,12 +1,15 @@
 // Datasets, the distributed sampler and the model file, on one process.
 #include <gtest/gtest.h>
 #include <hdf5.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -302,6 +305,33 @@ TEST(ModelFile, SavesEveryParameterInItsGlobalShapeAndLoadsBack) {
   EXPECT_THROW_WITH(checkpoint::load_model(path, partly), CheckpointError, "/model/layers.1.weight is [5, 5]");
   EXPECT_EQ(values_of(partly.find("layers.0.weight")), std::vector<float>(25, 0.0f))
       << "a refused file must not be loaded in part";
+  // Integers under the model's names and shapes are refused before any value is read (they
+  // were converted in silence; a string tensor failed halfway through the reads).
+  {
+    const std::string ints = temp("tessera_int_model.h5");
+    hid_t f = H5Fcreate(ints.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    hid_t g = H5Gcreate2(f, "/model", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    for (const auto& p : a.parameters()) {
+      std::vector<hsize_t> dims(p.shape.begin(), p.shape.end());
+      hid_t sp = H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr);
+      hid_t d = H5Dcreate2(g, p.name.c_str(), p.name == "layers.1.bias" ? H5T_STD_I32LE : H5T_IEEE_F32LE, sp,
+                           H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+      const std::vector<float> ones(p.numel, 1.0f);
+      EXPECT_GE(H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, ones.data()), 0);
+      H5Dclose(d);
+      H5Sclose(sp);
+    }
+    H5Gclose(g);
+    H5Fclose(f);
+    nn::ParameterStore c;
+    nn::MLP same(c, 2, 5);
+    c.initialize(13);
+    const auto before = values_of(c.find("layers.0.weight"));
+    EXPECT_THROW_WITH(checkpoint::load_model(ints, c), CheckpointError,
+                      "/model/layers.1.bias does not hold floating-point values");
+    EXPECT_EQ(values_of(c.find("layers.0.weight")), before) << "a refused file must not be loaded in part";
+    std::filesystem::remove(ints);
+  }
   EXPECT_THROW_WITH(checkpoint::save_model(temp("no_such_dir/x.h5"), a, *comm), CheckpointError, "could not write");
   // A store holding a tensor-parallel block of a weight (half its rows) is refused both
   // ways, before the file is opened (reading the whole tensor would overrun the block).
@@ -344,6 +374,68 @@ TEST(ModelFile, ASaveTheDiskDoesNotTakeLeavesTheUsersFileAsItWas) {
   std::filesystem::remove_all(dir);
 }
 
+// A disk that fills while the model is being written (here a file-size limit: the write fails
+// with EFBIG as it would with ENOSPC): a clear error, the user's file as it was, no copy left,
+// and nothing of the failed file left open in HDF5. (HDF5 1.10 keeps a file whose close failed
+// in its tables, and crashed in MPI_Finalize closing it again: this binary ended with SIGSEGV.)
+TEST(ModelFile, ADiskThatFillsDuringTheWriteLeavesTheUsersFileAndTheProcessSound) {
+  auto comm = comm::Communicator::create(comm::Backend::Mpi);
+  nn::ParameterStore a;
+  nn::MLP mlp(a, 2, 64);  // 33 kB of values
+  a.initialize(11);
+  const auto dir = std::filesystem::path(temp("tessera_full_" + std::to_string(getpid())));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directory(dir);
+  const std::string path = (dir / "model.h5").string();
+  { std::ofstream(path) << "the user's model"; }
+  rlimit before{};
+  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &before), 0);
+  rlimit small = before;
+  small.rlim_cur = 16 * 1024;
+  const auto old_handler = std::signal(SIGXFSZ, SIG_IGN);
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &small), 0);
+  EXPECT_THROW_WITH(checkpoint::save_model(path, a, *comm), CheckpointError, "File too large");
+  setrlimit(RLIMIT_FSIZE, &before);
+  std::signal(SIGXFSZ, old_handler);
+  EXPECT_EQ(contents(path), "the user's model");
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir), std::filesystem::directory_iterator()), 1)
+      << "the unfinished copy must be removed";
+  EXPECT_EQ(H5Fget_obj_count(H5F_OBJ_ALL, H5F_OBJ_FILE), 0) << "a file the failed save opened is still open in HDF5";
+  checkpoint::save_model(path, a, *comm);
+  nn::ParameterStore b;
+  nn::MLP again(b, 2, 64);
+  b.initialize(12);
+  checkpoint::load_model(path, b);
+  EXPECT_EQ(test::host(b.values()), test::host(a.values()));
+  std::filesystem::remove_all(dir);
+}
+
+// Replacing a file keeps its permissions: a model or metrics file the user made private stays
+// private (the copy that replaces it was made with the default mode, 0644 under umask 022).
+TEST(ModelFile, ReplacingAFileKeepsItsPermissions) {
+  auto comm = comm::Communicator::create(comm::Backend::Mpi);
+  nn::ParameterStore a;
+  nn::MLP mlp(a, 2, 5);
+  a.initialize(11);
+  const auto dir = std::filesystem::path(temp("tessera_mode_" + std::to_string(getpid())));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directory(dir);
+  const auto path = dir / "model.h5";
+  { std::ofstream(path) << "the user's model"; }
+  namespace fs = std::filesystem;
+  const auto mode = fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read;  // 0640
+  fs::permissions(path, mode, fs::perm_options::replace);
+  checkpoint::save_model(path.string(), a, *comm);
+  EXPECT_EQ(contents(path.string()).substr(1, 3), "HDF");
+  EXPECT_EQ(fs::status(path).permissions() & fs::perms::mask, mode);
+  const auto fresh = dir / "fresh.h5";  // a new file: the default mode, as any program's
+  checkpoint::save_model(fresh.string(), a, *comm);
+  const mode_t mask = umask(0);
+  umask(mask);
+  EXPECT_EQ(static_cast<mode_t>(fs::status(fresh).permissions() & fs::perms::mask), 0666 & ~mask);
+  fs::remove_all(dir);
+}
+
 // The same for an app's output that replaces a file the user had (--metrics, --trace, a
 // benchmark's --json): written beside it, and put in its place only once on the disk.
 TEST(OutputFile, AFileTheDiskDoesNotTakeLeavesTheUsersFileAsItWas) {
@@ -362,12 +454,17 @@ TEST(OutputFile, AFileTheDiskDoesNotTakeLeavesTheUsersFileAsItWas) {
   }
   EXPECT_EQ(contents(path), "the user's metrics\n");
   EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir), std::filesystem::directory_iterator()), 1);
+  std::filesystem::permissions(path, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write,
+                               std::filesystem::perm_options::replace);  // 0600: the user's metrics are private
   {
     apps::OutputFile file("--metrics", path);
     file.stream() << "{\"step\": 1}\n";
     file.commit();
   }
   EXPECT_EQ(contents(path), "{\"step\": 1}\n");
+  EXPECT_EQ(std::filesystem::status(path).permissions() & std::filesystem::perms::mask,
+            std::filesystem::perms::owner_read | std::filesystem::perms::owner_write)
+      << "the replaced file must keep the mode the user gave it";
   std::filesystem::remove_all(dir);
 }
 }  // namespace

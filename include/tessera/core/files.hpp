@@ -27,7 +27,8 @@ inline std::filesystem::path write_target(const std::string& path) {
 /// made durable (fsync of the directory). So a crash or a lost node soon after leaves the old
 /// file or the new one, never an empty or partly written one; an error (a full or over-quota
 /// file system that says so only now, as NFS does) throws std::system_error, with the user's
-/// file untouched and `written` still there for the caller to remove.
+/// file untouched and `written` still there for the caller to remove. The new file keeps the
+/// target's permissions, and its owner and group where this process may set them.
 void replace_file(const std::filesystem::path& written, const std::filesystem::path& target);
 
 /// Files being written that are not the user's yet: a copy that is renamed over its target
