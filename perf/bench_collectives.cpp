@@ -501,7 +501,9 @@ int main(int argc, char** argv) {
                          "0 or more, at most 10000000"));
   app.add_option("--min-busbw", min_busbw, "exit non-zero if any Tessera row's busbw (GB/s) is below this")
       ->check(apps::positive(1e9));
-  app.add_option("--min-ratio", min_ratio, "exit non-zero if any row's Tessera/raw busbw ratio is below this")
+  app.add_option("--min-ratio", min_ratio,
+                 "exit non-zero if any row's Tessera/raw busbw ratio is below this (every row needs the library's "
+                 "own call)")
       ->check(apps::positive(1e9));
   app.add_flag("--noise-floor", noise_floor,
                "time the raw call in place of Tessera too (an A/A run): the spread of its ratio around 1 is the "
@@ -559,6 +561,26 @@ int main(int argc, char** argv) {
     } else {
       backends.push_back(comm::parse_backend(backend_arg));
     }
+    // --min-ratio and --noise-floor need the raw library call of every row (rows without one
+    // show n/a, and were let pass the gate, or timed Tessera under the noise floor's name).
+    const auto require_raw = [&](comm::Backend backend) {
+      if (!min_ratio && !noise_floor) return;
+      std::string missing;
+      for (const auto& op : ops)
+        if (!perf::raw_supports(backend, op, dtype, redop))
+          missing += std::string(missing.empty() ? "" : ", ") + comm::backend_name(backend) + " " + op;
+      if (missing.empty()) return;
+      const bool reducing = std::any_of(ops.begin(), ops.end(), [](const std::string& op) { return reduces(op); });
+      const std::string what = std::string(" (-d ") + tessera::dtype_name(dtype) +
+                               (reducing ? std::string(", -o ") + comm::reduce_op_name(redop) : std::string()) + ")";
+      throw ConfigError(std::string(min_ratio ? "--min-ratio compares each row with" : "--noise-floor times") +
+                        " the library's own call, and there is none for " + missing + what +
+                        ": MPI and Gloo have no bfloat16 or float16 reduction and no average, Gloo no "
+                        "reduce_scatter, NCCL no all_to_all. Leave those out (--coll, -d, -o, --backend), or drop " +
+                        (min_ratio ? "--min-ratio" : "--noise-floor"));
+    };
+    for (const auto backend : backends)
+      if (backend != comm::Backend::Auto) require_raw(backend);
     MPI_Comm sync;
     MPI_Comm_dup(MPI_COMM_WORLD, &sync);
     const int p = session.size();
@@ -590,6 +612,7 @@ int main(int argc, char** argv) {
 
     for (const auto backend : backends) {
       auto comm = Communicator::create(backend, comm_options);
+      require_raw(comm->backend());  // auto's choice
       out["settings"]["timeout_s"] = std::chrono::duration<double>(comm->timeout()).count();
       auto raw = perf::RawBaseline::make(*comm, sync);
       for (const auto& op : ops) {
@@ -635,7 +658,7 @@ int main(int argc, char** argv) {
           MPI_Allreduce(MPI_IN_PLACE, &wrong, 1, MPI_UINT64_T, MPI_SUM, sync);
           total_wrong += wrong;
           for (int i = 0; i < warmup; ++i) run_tessera(*comm, c, b);
-          const bool has_raw = raw && raw->supports(op, dtype, redop);
+          const bool has_raw = raw && perf::raw_supports(comm->backend(), op, dtype, redop);
           if (has_raw)
             for (int i = 0; i < warmup; ++i) raw->run(op, c.dtype, c.redop, c.root, b.send, b.recv, c.per_rank);
           Timing tessera_timing, raw_timing;

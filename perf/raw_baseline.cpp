@@ -31,9 +31,6 @@ class MpiRaw final : public RawBaseline {
     MPI_Comm_dup(world, &comm_);
   }
   ~MpiRaw() override { MPI_Comm_free(&comm_); }
-  bool supports(const std::string&, DType dtype, comm::ReduceOp redop) const override {
-    return dtype != DType::BFloat16 && dtype != DType::Float16 && redop != comm::ReduceOp::Avg;
-  }
   void run(const std::string& op, DType dtype, comm::ReduceOp redop, int root, void* s, void* r,
            std::size_t n) override {
     const MPI_Datatype t = comm::detail::mpi_datatype(dtype);
@@ -64,11 +61,6 @@ class MpiRaw final : public RawBaseline {
 class GlooRaw final : public RawBaseline {
  public:
   explicit GlooRaw(comm::Communicator& c) : context_(comm::detail::gloo_context(c)), size_(c.size()) {}
-  bool supports(const std::string& op, DType dtype, comm::ReduceOp redop) const override {
-    // Gloo has no reduce-scatter in its options API; half types are reduced in float32 by Tessera.
-    return op != "reduce_scatter" && redop != comm::ReduceOp::Avg &&
-           !(dtype == DType::BFloat16 || dtype == DType::Float16);
-  }
   void run(const std::string& op, DType dtype, comm::ReduceOp redop, int root, void* s, void* r,
            std::size_t n) override {
     switch (dtype) {
@@ -145,9 +137,6 @@ class GlooRaw final : public RawBaseline {
 class NcclRaw final : public RawBaseline {
  public:
   explicit NcclRaw(comm::Communicator& c) : h_(comm::detail::nccl_handles(c)) {}
-  bool supports(const std::string& op, DType, comm::ReduceOp) const override {
-    return op == "all_reduce" || op == "all_gather" || op == "reduce_scatter" || op == "broadcast" || op == "reduce";
-  }
   void run(const std::string& op, DType dtype, comm::ReduceOp redop, int root, void* s, void* r,
            std::size_t n) override {
     const ncclDataType_t t = dtype == DType::Float32    ? ncclFloat32
@@ -180,6 +169,19 @@ class NcclRaw final : public RawBaseline {
 #endif
 
 }  // namespace
+
+bool raw_supports(comm::Backend backend, const std::string& op, DType dtype, comm::ReduceOp redop) {
+  const bool half = dtype == DType::BFloat16 || dtype == DType::Float16;
+  switch (backend) {
+    case comm::Backend::Gloo:
+      // Gloo has no reduce-scatter in its options API; half types are reduced in float32 by Tessera.
+      return op != "reduce_scatter" && redop != comm::ReduceOp::Avg && !half;
+    case comm::Backend::Nccl:
+      return op == "all_reduce" || op == "all_gather" || op == "reduce_scatter" || op == "broadcast" || op == "reduce";
+    default:  // MPI has no half-precision types and no average
+      return !half && redop != comm::ReduceOp::Avg;
+  }
+}
 
 std::unique_ptr<RawBaseline> RawBaseline::make(comm::Communicator& c, MPI_Comm world) {
   switch (c.backend()) {

@@ -17,14 +17,15 @@ class RawBaseline {
   virtual ~RawBaseline() = default;
   /// The baseline for comm's backend.
   static std::unique_ptr<RawBaseline> make(comm::Communicator& comm, MPI_Comm world);
-  /// False where the library has no such call (e.g. MPI has no bfloat16 reduction).
-  virtual bool supports(const std::string& op, DType dtype, comm::ReduceOp redop) const = 0;
   /// One call of op with n elements per rank (the same meaning as Tessera's count); `root`
   /// for broadcast and reduce.
   virtual void run(const std::string& op, DType dtype, comm::ReduceOp redop, int root, void* send, void* recv,
                    std::size_t n) = 0;
 };
 
+/// Whether the backend's library has a call to compare op with (MPI has no bfloat16 reduction,
+/// Gloo no reduce-scatter, NCCL no all-to-all); its rows show n/a where not.
+bool raw_supports(comm::Backend backend, const std::string& op, DType dtype, comm::ReduceOp redop);
 /// Collective: true when NCCL is compiled in and every rank has a GPU of its own.
 bool nccl_usable();
 /// Buffers for the benchmark: device memory for NCCL, host memory otherwise.

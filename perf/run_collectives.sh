@@ -17,6 +17,6 @@ status=0
 # Small sizes need many iterations to average out the scheduler; large ones do not.
 bench -b 64K -e 1M -f 4 -n 200 --rounds 5 --backend all --min-ratio 0.95 --json "$out/allreduce_small.json" || status=1
 bench -b 4M -e 64M -f 4 -n 20 --rounds 3 --backend all --min-ratio 0.95 --json "$out/allreduce_large.json" || status=1
-bench -b 64K -e 1M -f 4 -n 200 --rounds 5 --backend all --noise-floor --json "$out/allreduce_noise_floor.json"
+bench -b 64K -e 1M -f 4 -n 200 --rounds 5 --backend all --noise-floor --json "$out/allreduce_noise_floor.json" || status=1
 bench -b 64K -e 16M -f 16 -n 20 --coll all --backend all --json "$out/all_ops.json" || status=1
 exit $status
