@@ -369,11 +369,17 @@ int main(int argc, char** argv) {
     dys.clear();
     dxs.clear();
 
-    // Report the slowest rank's medians.
+    // Report the medians of the rank whose step is slowest, all of them its own, so that the
+    // parts add up to its step (the largest of each part, from different ranks, did not).
     double med[11] = {median(step),  median(fwd),  median(bwd),      median(exposed),   median(opt),
                       median(other), median(gemm), median(gemm_fwd), median(opt_alone), ddp ? median(comm_alone) : 0,
                       median(idle)};
-    MPI_Allreduce(MPI_IN_PLACE, med, 11, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    struct {
+      double step;
+      int rank;
+    } slowest{med[0], session.rank()};
+    MPI_Allreduce(MPI_IN_PLACE, &slowest, 1, MPI_DOUBLE_INT, MPI_MAXLOC, MPI_COMM_WORLD);
+    MPI_Bcast(med, 11, MPI_DOUBLE, slowest.rank, MPI_COMM_WORLD);
     // The memory-bound parts: the slowest rank's medians and the most bytes a rank moves.
     // 0 GELU forward, 1 GELU backward, 2 bias gradients, 3 loss, 4 optimizer, 5 copy.
     double mem_s[6] = {

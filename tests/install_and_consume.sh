@@ -25,6 +25,7 @@ cmake -S "$src/tests/consumer" -B "$work/build" "${generator[@]}" -DCMAKE_PREFIX
   "-DTESSERA_DOC_EXAMPLES=$work/examples/readme_example.cpp;$work/examples/communication_example.cpp" "$@" >/dev/null
 cmake --build "$work/build" >/dev/null
 "$work/build/consumer"
+if [ -n "${MPIEXEC:-}" ]; then $MPIEXEC 2 "$work/build/consumer"; fi
 for e in readme_example communication_example; do
   "$work/build/$e"
   if [ -n "${MPIEXEC:-}" ]; then $MPIEXEC 2 "$work/build/$e"; fi

@@ -236,6 +236,14 @@ TEST(DDP, BucketsCoverTheGradientsOnceInReverseOrderWithASmallFirstBucket) {
   }
   EXPECT_EQ(covered, t.parameters().numel());
   EXPECT_EQ(end, 0u);
+  // Gradients become ready from the last layer down. The first bucket (1 MiB) takes the last
+  // bias (2 kB), and its weight (1 MiB) would pass the limit; the next (2.5 MiB) takes that
+  // weight, layers.1 (1 MiB + 2 kB) and layers.0's bias, and layers.0's weight is the third.
+  ASSERT_EQ(buckets.size(), 3u);
+  EXPECT_EQ(buckets[0].parameters, std::vector<std::string>{"layers.2.bias"});
+  EXPECT_EQ(buckets[1].parameters,
+            (std::vector<std::string>{"layers.2.weight", "layers.1.bias", "layers.1.weight", "layers.0.bias"}));
+  EXPECT_EQ(buckets[2].parameters, std::vector<std::string>{"layers.0.weight"});
 }
 
 TEST(DDP, ReplicasThatDifferAreCaughtOnEveryRank) {

@@ -384,6 +384,7 @@ TEST(HostLoops, EveryInstructionSetGivesTheBaselinesBits) {
   };
   const auto available = kernels::host_loops_available();
   ASSERT_STREQ(available.front()->isa, "baseline");
+  if (available.size() < 2) GTEST_SKIP() << "the baseline loops alone in this build or on this CPU: nothing to compare";
   const auto want = run(*available.front());
   for (const auto* l : available) {
     const auto got = run(*l);
