@@ -19,8 +19,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -148,8 +150,20 @@ int main(int argc, char** argv) {
     // and dx = dy W for every layer but the first, whose input is data), on operands of the
     // same shapes and count (every layer its own weight, gradient and activations, so nothing
     // stays in cache that would not in training), on every rank at once as in training, with
-    // nothing else. With tensor parallelism, the shapes of this rank's blocks.
-    const auto b = static_cast<std::size_t>(c.global_batch / trainer.data_parallel().size() / c.accum);
+    // nothing else. With tensor parallelism, the shapes of this rank's blocks; with pipeline
+    // parallelism, a micro-step's rows as its micro-batches, each run in turn. The operands
+    // hold random values, as training's do (a GPU's clock and power draw depend on the data:
+    // constant operands run faster).
+    const auto micro_batches = static_cast<std::size_t>(c.pp > 1 ? c.microbatches : 1);
+    const auto b = static_cast<std::size_t>(c.global_batch / trainer.data_parallel().size() / c.accum) / micro_batches;
+    std::mt19937 gen(static_cast<std::uint32_t>(1000 + session.rank()));
+    const auto fill_random = [&gen](const View2D<float>& v, float scale) {
+      auto h = Kokkos::create_mirror_view(v);
+      std::uniform_real_distribution<float> u(-scale, scale);
+      for (std::size_t i = 0; i < h.extent(0); ++i)
+        for (std::size_t j = 0; j < h.extent(1); ++j) h(i, j) = u(gen);
+      Kokkos::deep_copy(v, h);
+    };
     std::vector<View2D<float>> acts, ws, dws, dys, dxs;
     std::vector<std::vector<std::int64_t>> weights;  // this rank's layers (its pipeline stage)
     for (const auto& p : trainer.parameters().parameters())
@@ -160,12 +174,12 @@ int main(int argc, char** argv) {
       const auto& held = weights[l];
       const auto out = static_cast<std::size_t>(held[0]), in = static_cast<std::size_t>(held[1]);
       acts.emplace_back("x", b, in);
-      Kokkos::deep_copy(acts.back(), 0.5f);
+      fill_random(acts.back(), 1.0f);
       ws.emplace_back("w", out, in);
       dws.emplace_back("dw", out, in);
-      Kokkos::deep_copy(ws.back(), 0.01f);
+      fill_random(ws.back(), 1.0f / std::sqrt(static_cast<float>(in)));
       dys.emplace_back("dy", b, out);
-      Kokkos::deep_copy(dys.back(), 0.01f);
+      fill_random(dys.back(), 0.01f);
       dxs.emplace_back("dx", b, in);
       if (l + 1 == layers) acts.emplace_back("y", b, out);
     }
@@ -248,17 +262,18 @@ int main(int argc, char** argv) {
       // row of logits from memory once (its three passes over a row hit the cache) and writes it.
       pass_bytes[3] = static_cast<double>(b) * static_cast<double>(out) * sizeof(float) * (labelled ? 2 : 3);
     }
-    for (auto& bytes : pass_bytes) bytes *= static_cast<double>(c.accum);  // the passes of every micro-step
+    // The passes of every micro-step (and pipeline micro-batch).
+    for (auto& bytes : pass_bytes) bytes *= static_cast<double>(c.accum) * static_cast<double>(micro_batches);
     const double copy_bytes = 2.0 * static_cast<double>(numel) * sizeof(float);
     std::vector<double> pass_alone[4], copy_alone;
 
-    // A step runs --train.accum micro-steps of b rows each: the GEMMs and the passes below run
-    // as many times, the optimizer and the all-reduces once.
+    // A step runs --train.accum micro-steps (each as its pipeline micro-batches of b rows): the
+    // GEMMs and the passes below run as many times, the optimizer and the all-reduces once.
     auto gemms = [&](bool keep) {
       MPI_Barrier(MPI_COMM_WORLD);
       const auto t0 = Clock::now();
       double forward = 0;
-      for (std::int64_t micro = 0; micro < c.accum; ++micro) {
+      for (std::size_t micro = 0; micro < static_cast<std::size_t>(c.accum) * micro_batches; ++micro) {
         const auto f0 = Clock::now();
         for (std::size_t l = 0; l < layers; ++l)
           kernels::gemm(kernels::Trans::No, kernels::Trans::Yes, 1.0f, acts[l], ws[l], 0.0f, acts[l + 1]);
@@ -299,7 +314,7 @@ int main(int argc, char** argv) {
     auto passes_alone = [&](bool keep) {
       MPI_Barrier(MPI_COMM_WORLD);
       double took[4] = {0, 0, 0, 0};
-      for (std::int64_t micro = 0; micro < c.accum; ++micro) {
+      for (std::size_t micro = 0; micro < static_cast<std::size_t>(c.accum) * micro_batches; ++micro) {
         Clock::time_point t[5];
         t[0] = Clock::now();
         for (auto& l : pass_layers)

@@ -29,7 +29,10 @@ for key in ("gelu_forward_only", "gelu_backward_only", "bias_grad_only", "loss_o
     assert m[key] > 0, (key, m)
 mb = d["memory_bound"]
 ranks, tp, pp, layers, dim = d["machine"]["ranks"], c["tp"], c["pp"], c["layers"], c["dim"]
-rows = c["global_batch"] // (ranks // (tp * pp)) // c["accum"]  # a micro-step's rows
+# A pass's rows: a micro-step's, cut into its pipeline micro-batches where pp > 1, each of which
+# makes every pass once.
+micro_batches = c["microbatches"] if pp > 1 else 1
+rows = c["global_batch"] // (ranks // (tp * pp)) // c["accum"] // micro_batches
 device = c["memory"] == "device"
 stage_sizes = [layers // pp + (1 if s < layers % pp else 0) for s in range(pp)]
 want = {"gelu_forward": 0, "gelu_backward": 0, "bias_grad": 0, "loss": 0}
@@ -46,7 +49,7 @@ for size in stage_sizes:
         else:
             stage["loss"] = rows * out * 12  # MSE: output and target read, gradient written
         stage["bias_grad"] += (rows * out + rows + out) * 4
-    stage = {k: v * c["accum"] for k, v in stage.items()}  # every micro-step makes the passes
+    stage = {k: v * c["accum"] * micro_batches for k, v in stage.items()}  # every micro-step makes the passes
     want = {k: max(want[k], stage[k]) for k in want}
     most_per_stage = max(most_per_stage, sum(stage.values()))
     first += size
