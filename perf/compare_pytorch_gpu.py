@@ -149,7 +149,12 @@ def tessera_run(args, bias_epilogue):
 
 def check_before_running(p, args):
     """What would fail only after the first rounds, refused before any: a benchmark that is not
-    there or not a CUDA build, PyTorch without a GPU."""
+    there or not a CUDA build, PyTorch without a GPU, counts below 1."""
+    for name in ("layers", "dim", "batch", "steps", "rounds"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name} {getattr(args, name)}: give 1 or more")
+    if args.warmup < 0:
+        p.error(f"--warmup {args.warmup}: give 0 or more")
     if not os.path.isabs(args.bench) and not os.path.exists(args.bench):
         # The default is relative to the repository, wherever the script is run from.
         beside = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", args.bench)
@@ -164,7 +169,11 @@ def check_before_running(p, args):
                  f"{(version.stderr or version.stdout).strip()}")
     if "(Cuda" not in version.stdout:
         p.error(f"--bench '{args.bench}' is not a CUDA build ({version.stdout.strip()}); give a CUDA build's")
-    import torch
+    try:
+        import torch
+    except ImportError:
+        sys.exit("compare_pytorch_gpu.py: PyTorch is not installed for this python3 (import torch failed); "
+                 "install a PyTorch built for CUDA (pip install torch), or run it with the python3 that has one")
     if not torch.cuda.is_available():
         sys.exit(f"compare_pytorch_gpu.py: PyTorch {torch.__version__} sees no GPU (torch.cuda.is_available() is "
                  f"False): run it where there is one, with a PyTorch built for CUDA")
