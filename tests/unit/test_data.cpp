@@ -163,6 +163,23 @@ TEST(Hdf5Dataset, ReadsRequestedRowsOfTargetsAndLabels) {
   c->load({3, 2}, x, t, l);
   EXPECT_EQ(host_copy(l)(0), 2);
   EXPECT_EQ(host_copy(l)(1), 1);
+  // Rows in any order, in runs, repeated (each run of consecutive rows is read at once and
+  // put back in the order asked): every value of every row.
+  const std::vector<std::int64_t> rows = {5, 0, 1, 2, 4, 1, 3};
+  View2D<float> xs("xs", rows.size(), 3), ts("ts", rows.size(), 2);
+  View1D<std::int64_t> ls("ls", rows.size());
+  r->load(rows, xs, ts, ls);
+  c->load(rows, xs, ts, ls);  // the same inputs, and the labels
+  r->load(rows, xs, ts, View1D<std::int64_t>());
+  const auto hx = host_copy(xs), ht = host_copy(ts);
+  const auto hl = host_copy(ls);
+  const std::vector<std::int64_t> label_of = {0, 2, 1, 2, 0, 1};
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const auto row = static_cast<std::size_t>(rows[i]);
+    for (std::size_t j = 0; j < 3; ++j) EXPECT_EQ(hx(i, j), in[row * 3 + j]) << "row " << row << " at " << i;
+    for (std::size_t j = 0; j < 2; ++j) EXPECT_EQ(ht(i, j), out[row * 2 + j]) << "row " << row << " at " << i;
+    EXPECT_EQ(hl(i), label_of[row]) << "row " << row << " at " << i;
+  }
 }
 
 // Files written on (or by tools that default to) the other byte order hold the same types:
