@@ -41,6 +41,10 @@ inline std::string cannot_write(const std::string& flag, const std::string& path
   const fs::path target = write_target(path);
   const std::string what = flag + " '" + path + "': ";
   const std::string via = target.string() == path ? "" : "its link leads to '" + target.string() + "', which ";
+  // write_target follows 40 links at most: one still a link then is a loop (the save failed
+  // only after the training, "Too many levels of symbolic links").
+  if (fs::is_symlink(target, ec))
+    return what + "its symbolic links form a loop (or a chain of more than 40); point the link at a file";
   if (fs::is_directory(target, ec)) return what + via + "is a directory; give a file name in it";
   if (fs::exists(target, ec) && !fs::is_regular_file(target, ec))
     return what + via +
