@@ -63,6 +63,9 @@ std::size_t parse_size(const std::string& flag, const std::string& text) {
   return static_cast<std::size_t>(v * mult);
 }
 
+/// The most elements MPI's own calls take (their counts are int).
+constexpr std::size_t kMpiCountMax = 2147483647;
+
 /// nccl-tests' bus-bandwidth factor: busbw = algbw * factor.
 double bus_factor(const std::string& op, int n) {
   if (op == "all_reduce") return 2.0 * (n - 1) / n;
@@ -425,7 +428,8 @@ std::vector<std::string> check_collective(const std::string& name) {
 int main(int argc, char** argv) {
   CLI::App app{
       "Collective bandwidth benchmark with nccl-tests semantics (-b, -e, -f, -i, -n, -w, -c, -d, -o, -r, -a, -T and "
-      "-J mean what they mean in nccl-tests); compares Tessera with the raw library call on the same buffers.",
+      "-J mean what they mean in nccl-tests; the defaults differ: a sweep of sizes, 5 warm-ups); compares Tessera "
+      "with the raw library call on the same buffers.",
       "mpiexec -n N tessera-bench-collectives"};
   // A flag given twice keeps its last value, as in nccl-tests and tessera-train.
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
@@ -569,15 +573,19 @@ int main(int argc, char** argv) {
       for (const auto& op : ops)
         if (!perf::raw_supports(backend, op, dtype, redop))
           missing += std::string(missing.empty() ? "" : ", ") + comm::backend_name(backend) + " " + op;
+      if (backend == comm::Backend::Mpi && hi / dtype_size(dtype) > kMpiCountMax)
+        missing += std::string(missing.empty() ? "" : ", ") + "mpi sizes past " +
+                   std::to_string(kMpiCountMax * dtype_size(dtype)) + " B (MPI counts in int)";
       if (missing.empty()) return;
       const bool reducing = std::any_of(ops.begin(), ops.end(), [](const std::string& op) { return reduces(op); });
       const std::string what = std::string(" (-d ") + tessera::dtype_name(dtype) +
                                (reducing ? std::string(", -o ") + comm::reduce_op_name(redop) : std::string()) + ")";
-      throw ConfigError(std::string(min_ratio ? "--min-ratio compares each row with" : "--noise-floor times") +
-                        " the library's own call, and there is none for " + missing + what +
-                        ": MPI and Gloo have no bfloat16 or float16 reduction and no average, Gloo no "
-                        "reduce_scatter, NCCL no all_to_all. Leave those out (--coll, -d, -o, --backend), or drop " +
-                        (min_ratio ? "--min-ratio" : "--noise-floor"));
+      throw ConfigError(
+          std::string(min_ratio ? "--min-ratio compares each row with" : "--noise-floor times") +
+          " the library's own call, and there is none for " + missing + what +
+          ": MPI and Gloo have no bfloat16 or float16 reduction and no average, Gloo no "
+          "reduce_scatter, NCCL no all_to_all. Leave those out (--coll, -d, -o, --backend, -e), or drop " +
+          (min_ratio ? "--min-ratio" : "--noise-floor"));
     };
     for (const auto backend : backends)
       if (backend != comm::Backend::Auto) require_raw(backend);
@@ -616,7 +624,8 @@ int main(int argc, char** argv) {
       out["settings"]["timeout_s"] = std::chrono::duration<double>(comm->timeout()).count();
       auto raw = perf::RawBaseline::make(*comm, sync);
       for (const auto& op : ops) {
-        bool rounded_noted = false;  // a size that ran as another, said once per op
+        bool rounded_noted = false;   // a size that ran as another, said once per op
+        bool past_int_noted = false;  // a size past MPI's int count, likewise
         if (leader) {
           std::printf(
               "#\n# backend %s, %d rank%s, op %s, dtype %s, redop %s, %d iters x %d rounds, %d warm-up, time: "
@@ -658,7 +667,14 @@ int main(int argc, char** argv) {
           MPI_Allreduce(MPI_IN_PLACE, &wrong, 1, MPI_UINT64_T, MPI_SUM, sync);
           total_wrong += wrong;
           for (int i = 0; i < warmup; ++i) run_tessera(*comm, c, b);
-          const bool has_raw = raw && perf::raw_supports(comm->backend(), op, dtype, redop);
+          // MPI's calls count in int: a row past that has no raw call to compare with.
+          const bool raw_fits = comm->backend() != comm::Backend::Mpi || c.per_rank <= kMpiCountMax;
+          if (leader && !raw_fits && !past_int_noted) {
+            past_int_noted = true;
+            std::printf("# note: MPI's own %s takes at most %zu elements per rank: from %zu B, no raw call (n/a)\n",
+                        op.c_str(), kMpiCountMax, c.bytes);
+          }
+          const bool has_raw = raw && raw_fits && perf::raw_supports(comm->backend(), op, dtype, redop);
           if (has_raw)
             for (int i = 0; i < warmup; ++i) raw->run(op, c.dtype, c.redop, c.root, b.send, b.recv, c.per_rank);
           Timing tessera_timing, raw_timing;
