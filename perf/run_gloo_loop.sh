@@ -18,7 +18,10 @@ out="$TESSERA_ROOT/perf/results/gloo_loop"
 mkdir -p "$out"
 launch() { mpiexec -n 2 "${MPIEXEC_FLAGS[@]}" -x TESSERA_GLOO_LOOP_SCHED "$@" > /dev/null; }
 for round in $(seq 1 "$rounds"); do
-  for policy in normal batch; do
+  # Each round swaps which policy runs first, so that neither always inherits the other's state.
+  policies="normal batch"
+  [ $((round % 2)) -eq 1 ] || policies="batch normal"
+  for policy in $policies; do
     export TESSERA_GLOO_LOOP_SCHED=$policy
     for coll in all_reduce broadcast; do
       launch "$BUILD_DIR/perf/tessera-bench-collectives" --coll "$coll" -b 4K -e 16M -f 4 -n 20 --rounds 1 \
