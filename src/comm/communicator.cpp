@@ -113,10 +113,10 @@ struct Signature {
   std::uint8_t type;
   std::uint8_t dtype;
   std::uint8_t reduce;
-  std::uint8_t pad;
+  std::uint8_t refused;  // 1 where this rank refused its arguments (Op::refusal)
   bool operator==(const Signature& o) const {
     return coll_seq == o.coll_seq && count == o.count && root == o.root && type == o.type && dtype == o.dtype &&
-           reduce == o.reduce;
+           reduce == o.reduce && refused == o.refused;
   }
 };
 
@@ -130,6 +130,7 @@ Signature signature_of(const Op& op) {
   s.root = rooted ? op.root : 0;
   s.dtype = op.type == OpType::Barrier ? 0 : static_cast<std::uint8_t>(op.dtype);
   s.reduce = is_reduction(op.type) ? static_cast<std::uint8_t>(op.reduce) : 0;
+  s.refused = op.refusal ? 1 : 0;
   return s;
 }
 
@@ -140,7 +141,7 @@ std::string describe(const Signature& s) {
   op.root = s.root;
   op.dtype = static_cast<DType>(s.dtype);
   op.reduce = static_cast<ReduceOp>(s.reduce);
-  return describe(op);
+  return s.refused ? describe(op) + ", and refused its arguments" : describe(op);
 }
 
 /// Of peers' answers about collective `seq`: the ranks (as `local` maps a world rank) that met
@@ -215,7 +216,7 @@ std::uint64_t hash_of(const Signature& sig) {
   mix(sig.count);
   mix(static_cast<std::uint64_t>(static_cast<std::uint32_t>(sig.root)));
   mix(static_cast<std::uint64_t>(sig.type) | static_cast<std::uint64_t>(sig.dtype) << 8 |
-      static_cast<std::uint64_t>(sig.reduce) << 16);
+      static_cast<std::uint64_t>(sig.reduce) << 16 | static_cast<std::uint64_t>(sig.refused) << 24);
   return h;
 }
 }  // namespace
@@ -756,6 +757,7 @@ class CommState {
       if (fenced) fence(op, deadline);
       arrived = fenced;
       if (op.type == OpType::Barrier && fenced) return;  // the fence is a barrier
+      if (op.refusal) return;                            // its place at the fence was all it had to do
       if (op.count == 0 && op.type != OpType::Barrier) return;
       if (runs_alone(op)) {
         run_alone(op);
@@ -802,8 +804,9 @@ class CommState {
       const std::string message =
           "collective mismatch on communicator '" + options.name + "' at collective #" + std::to_string(op.coll_seq) +
           ": this rank called " + describe(op) +
-          ", and at least one other rank called another op, count, dtype, root or reduce op. Every rank must issue "
-          "the same collectives in the same order; TESSERA_COMM_CHECK=1 names which rank called what.";
+          ", and at least one other rank called another op, count, dtype, root or reduce op, or refused its "
+          "arguments to this one (its own message says why). Every rank must issue the same collectives in the same "
+          "order; TESSERA_COMM_CHECK=1 names which rank called what.";
       fail(message);
       throw MismatchError(message, __FILE__, __LINE__);
     }
@@ -957,13 +960,16 @@ class CommState {
   /// interrupt the call, and the call would write into the op's buffers whenever the rank
   /// came back, maybe after the program freed them: so this process ends here, with the
   /// diagnosis, and the launcher ends the job.
-  [[noreturn]] void stuck(Watchdog& watchdog) {
+  /// Returns where the call ended while the peers were asked (up to 1 s): the watchdog
+  /// calls again if it is still inside past its deadline.
+  void stuck(Watchdog& watchdog) {
     const Op op = inside_op;
     std::vector<PeerStatus> peers;
     try {
       peers = watchdog.query(id, world_ranks, kQueryWait);
     } catch (...) {
     }
+    if (progress.inside_until.load(std::memory_order_acquire) == 0) return;
     // Peers that met this collective's timeout: the call can never complete. Before this
     // rank began it, the fence passed on the messages they had sent before giving up; just
     // after, the fence passed here but not there (this rank's message came too late).
@@ -1018,7 +1024,8 @@ class CommState {
   /// Called by the watchdog thread for a send or receive whose post has not returned past its
   /// deadline: NCCL connects two ranks the first time they exchange data, inside ncclSend or
   /// ncclRecv, and waits there for the peer's matching op with no deadline of its own.
-  [[noreturn]] void post_stuck(Watchdog& watchdog) {
+  /// Returns where the post ended while the peer was asked, as stuck() does.
+  void post_stuck(Watchdog& watchdog) {
     const Op op = posting_op;
     const int peer_world = world_ranks[static_cast<std::size_t>(op.peer)];
     std::vector<PeerStatus> peers;
@@ -1026,6 +1033,7 @@ class CommState {
       peers = watchdog.query(id, {peer_world}, kQueryWait);
     } catch (...) {
     }
+    if (progress.posting_until.load(std::memory_order_acquire) == 0) return;
     const auto report = arrivals(peers, world_ranks, rank, op.coll_seq, false);
     const std::string library = backend_name(backend->kind());
     std::string message =
@@ -1681,6 +1689,19 @@ double Communicator::bytes_sent() const noexcept { return state_->bytes_sent; }
 
 Work Communicator::submit(Op op, bool async) {
   auto& s = *state_;
+  if (op.refusal) {
+    // Refused here. A collective still takes its place in the order, blocking, so that the
+    // other ranks learn of it at the fence (on a backend that has one) and fail there with a
+    // MismatchError rather than wait out the timeout for this rank; this rank raises its own
+    // error. A failed communicator, or a send or receive, has nothing to tell.
+    if (!detail::is_collective(op.type)) std::rethrow_exception(op.refusal);
+    try {
+      s.ensure_usable();
+    } catch (const Error&) {
+      std::rethrow_exception(op.refusal);
+    }
+    async = false;
+  }
   s.ensure_usable();
   s.bytes_sent += modelled_bytes(op, s.size);
   op.seq = s.progress.ops_issued.fetch_add(1);
@@ -1695,6 +1716,22 @@ Work Communicator::submit(Op op, bool async) {
       !(s.runs_alone(op) && op.send.data == op.recv.data))
     Kokkos::DefaultExecutionSpace().fence();
   if (!detail::is_collective(op.type)) return submit_transfer(op, async);
+  if (op.refusal) {
+    try {
+      if (s.idle()) {
+        s.run(op);
+      } else {
+        auto w = std::make_shared<detail::WorkState>();
+        w->op = op;
+        w->comm = &s;
+        s.enqueue(w);
+        Work(w).wait();
+      }
+    } catch (const Error&) {
+      // The mismatch the other ranks raise too: this rank's own error says what was wrong.
+    }
+    std::rethrow_exception(op.refusal);
+  }
   if (!async && s.idle()) {
     s.run(op);
     return {};
@@ -2027,42 +2064,81 @@ Op make_barrier() {
   op.type = OpType::Barrier;
   return op;
 }
+
+/// The op `make` builds or, where this rank refuses its arguments (a ConfigError), an op of
+/// the same type that carries the error (Communicator::submit: a collective still takes its
+/// place at the fence, so the other ranks fail at once instead of after the timeout).
+template <class Make>
+Op or_refused(OpType type, Make&& make) {
+  try {
+    return make();
+  } catch (const ConfigError&) {
+    Op op;
+    op.type = type;
+    op.refusal = std::current_exception();
+    return op;
+  }
+}
 }  // namespace
 
-void Communicator::broadcast(Buffer b, int root) { submit(make_broadcast(*state_, b, root), false); }
-void Communicator::scatter(Buffer s, Buffer r, int root) { submit(make_scatter(*state_, s, r, root), false); }
-void Communicator::gather(Buffer s, Buffer r, int root) { submit(make_gather(*state_, s, r, root), false); }
+void Communicator::broadcast(Buffer b, int root) {
+  submit(or_refused(OpType::Broadcast, [&] { return make_broadcast(*state_, b, root); }), false);
+}
+void Communicator::scatter(Buffer s, Buffer r, int root) {
+  submit(or_refused(OpType::Scatter, [&] { return make_scatter(*state_, s, r, root); }), false);
+}
+void Communicator::gather(Buffer s, Buffer r, int root) {
+  submit(or_refused(OpType::Gather, [&] { return make_gather(*state_, s, r, root); }), false);
+}
 void Communicator::reduce(Buffer s, Buffer r, ReduceOp op, int root) {
-  submit(make_reduce(*state_, s, r, op, root), false);
+  submit(or_refused(OpType::Reduce, [&] { return make_reduce(*state_, s, r, op, root); }), false);
 }
-void Communicator::all_reduce(Buffer s, Buffer r, ReduceOp op) { submit(make_all_reduce(*state_, s, r, op), false); }
-void Communicator::all_reduce(Buffer b, ReduceOp op) { submit(make_all_reduce(*state_, b, b, op), false); }
-void Communicator::all_gather(Buffer s, Buffer r) { submit(make_all_gather(*state_, s, r), false); }
+void Communicator::all_reduce(Buffer s, Buffer r, ReduceOp op) {
+  submit(or_refused(OpType::AllReduce, [&] { return make_all_reduce(*state_, s, r, op); }), false);
+}
+void Communicator::all_reduce(Buffer b, ReduceOp op) {
+  submit(or_refused(OpType::AllReduce, [&] { return make_all_reduce(*state_, b, b, op); }), false);
+}
+void Communicator::all_gather(Buffer s, Buffer r) {
+  submit(or_refused(OpType::AllGather, [&] { return make_all_gather(*state_, s, r); }), false);
+}
 void Communicator::reduce_scatter(Buffer s, Buffer r, ReduceOp op) {
-  submit(make_reduce_scatter(*state_, s, r, op), false);
+  submit(or_refused(OpType::ReduceScatter, [&] { return make_reduce_scatter(*state_, s, r, op); }), false);
 }
-void Communicator::all_to_all(Buffer s, Buffer r) { submit(make_all_to_all(*state_, s, r), false); }
+void Communicator::all_to_all(Buffer s, Buffer r) {
+  submit(or_refused(OpType::AllToAll, [&] { return make_all_to_all(*state_, s, r); }), false);
+}
 void Communicator::barrier() { submit(make_barrier(), false); }
 void Communicator::send(Buffer b, int peer, int tag) { submit(make_p2p(*state_, OpType::Send, b, peer, tag), false); }
 void Communicator::recv(Buffer b, int peer, int tag) { submit(make_p2p(*state_, OpType::Recv, b, peer, tag), false); }
 
-Work Communicator::broadcast_async(Buffer b, int root) { return submit(make_broadcast(*state_, b, root), true); }
-Work Communicator::scatter_async(Buffer s, Buffer r, int root) {
-  return submit(make_scatter(*state_, s, r, root), true);
+Work Communicator::broadcast_async(Buffer b, int root) {
+  return submit(or_refused(OpType::Broadcast, [&] { return make_broadcast(*state_, b, root); }), true);
 }
-Work Communicator::gather_async(Buffer s, Buffer r, int root) { return submit(make_gather(*state_, s, r, root), true); }
+Work Communicator::scatter_async(Buffer s, Buffer r, int root) {
+  return submit(or_refused(OpType::Scatter, [&] { return make_scatter(*state_, s, r, root); }), true);
+}
+Work Communicator::gather_async(Buffer s, Buffer r, int root) {
+  return submit(or_refused(OpType::Gather, [&] { return make_gather(*state_, s, r, root); }), true);
+}
 Work Communicator::reduce_async(Buffer s, Buffer r, ReduceOp op, int root) {
-  return submit(make_reduce(*state_, s, r, op, root), true);
+  return submit(or_refused(OpType::Reduce, [&] { return make_reduce(*state_, s, r, op, root); }), true);
 }
 Work Communicator::all_reduce_async(Buffer s, Buffer r, ReduceOp op) {
-  return submit(make_all_reduce(*state_, s, r, op), true);
+  return submit(or_refused(OpType::AllReduce, [&] { return make_all_reduce(*state_, s, r, op); }), true);
 }
-Work Communicator::all_reduce_async(Buffer b, ReduceOp op) { return submit(make_all_reduce(*state_, b, b, op), true); }
-Work Communicator::all_gather_async(Buffer s, Buffer r) { return submit(make_all_gather(*state_, s, r), true); }
+Work Communicator::all_reduce_async(Buffer b, ReduceOp op) {
+  return submit(or_refused(OpType::AllReduce, [&] { return make_all_reduce(*state_, b, b, op); }), true);
+}
+Work Communicator::all_gather_async(Buffer s, Buffer r) {
+  return submit(or_refused(OpType::AllGather, [&] { return make_all_gather(*state_, s, r); }), true);
+}
 Work Communicator::reduce_scatter_async(Buffer s, Buffer r, ReduceOp op) {
-  return submit(make_reduce_scatter(*state_, s, r, op), true);
+  return submit(or_refused(OpType::ReduceScatter, [&] { return make_reduce_scatter(*state_, s, r, op); }), true);
 }
-Work Communicator::all_to_all_async(Buffer s, Buffer r) { return submit(make_all_to_all(*state_, s, r), true); }
+Work Communicator::all_to_all_async(Buffer s, Buffer r) {
+  return submit(or_refused(OpType::AllToAll, [&] { return make_all_to_all(*state_, s, r); }), true);
+}
 Work Communicator::barrier_async() { return submit(make_barrier(), true); }
 Work Communicator::send_async(Buffer b, int peer, int tag) {
   return submit(make_p2p(*state_, OpType::Send, b, peer, tag), true);

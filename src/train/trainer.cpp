@@ -588,10 +588,7 @@ StepMetrics Trainer::step_once() {
       // Each micro-step's loss is a mean over its micro-batch; the step's is their mean over
       // the micro-steps and the ranks, so its gradient is divided by both here, on the
       // small loss gradient, and DDP only sums (DDPOptions::loss_gradient_divided).
-      const Kokkos::View<float*, DeviceMemorySpace, Kokkos::MemoryUnmanaged> dy(dy_.data(), dy_.size());
-      const float scale = 1.0f / static_cast<float>(config_.accum * dp_->size());
-      Kokkos::parallel_for(
-          "tessera::scale_dy", Range(0, dy.size()), KOKKOS_LAMBDA(std::size_t i) { dy(i) *= scale; });
+      scale_in_place(dy_, 1.0f / static_cast<float>(config_.accum * dp_->size()));
     }
     Kokkos::DefaultExecutionSpace().fence();
     mark("forward", t);

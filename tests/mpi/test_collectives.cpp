@@ -466,6 +466,13 @@ TEST(Collectives, MpiOpsLongerThanOneCallTakesRunInPieces) {
   EXPECT_THROW_WITH(c.all_gather({x.data(), n}, {all.data(), all.size()}), ConfigError,
                     "2500 elements per rank exceed the MPI backend's limit of 1000 in one call (MPI's counts are "
                     "ints); split the buffer, or use the gloo or nccl backend");
+  // A reduce-scatter whose blocks fit one call, but whose whole input does not: Open MPI
+  // counts that in an int too.
+  const std::size_t block = 600;
+  std::vector<double> whole(block * static_cast<std::size_t>(c.size()), 1.0), mine(block);
+  EXPECT_THROW_WITH(c.reduce_scatter({whole.data(), whole.size()}, {mine.data(), block}), ConfigError,
+                    "its whole input, 600 elements per rank x " + std::to_string(c.size()) +
+                        " ranks, exceeds the MPI backend's limit of 1000");
 }
 
 /// How many threads of this process run under the scheduling policy `policy` (the 41st field

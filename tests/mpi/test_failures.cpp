@@ -388,7 +388,7 @@ TEST(Mismatch, ASendAndAReceiveOfDifferentSizesAreTold) {
         ADD_FAILURE() << "the transfer completed";
       } catch (const CommError& e) {
         const std::string what = e.what();
-        EXPECT_TRUE(what.find("failed: the peer closed its connection, as it does when its communicator fails") !=
+        EXPECT_TRUE(what.find("failed: the peer closed its connection, as it does when its communicator is destroyed") !=
                         std::string::npos ||
                     what.find("timed out after 3 s") != std::string::npos)
             << what;
@@ -440,6 +440,51 @@ TEST(Mismatch, DifferentOpsRootsOrCountsAreAnErrorOnEveryRankWithoutTheCheckMode
     std::vector<float> y(16, 5.0f);
     EXPECT_THROW_WITH(sub->all_reduce({y.data(), w.rank() == 0 ? 16u : 12u}), MismatchError, hint);
     EXPECT_EQ(y[0], 5.0f) << "no data may move once the ranks disagree";
+  }
+  w.barrier();
+}
+
+// Arguments that only some ranks refuse: an all_gather "in place" at this rank's own block
+// offset 0, right on rank 0 and overlapping on every other rank, and a gather whose output is
+// too small only on its root. The ranks that refused raise their ConfigError; the others, at
+// the fence, a MismatchError at once, where they waited out the whole timeout (600 s by
+// default) for ranks that would never come.
+TEST(BadArguments, ArgumentsSomeRanksRefuseFailTheOthersAtOnce) {
+  auto& w = world();
+  if (w.size() < 2) GTEST_SKIP() << "needs a rank that accepts and one that refuses";
+  if (w.backend() == comm::Backend::Nccl) GTEST_SKIP() << "NCCL has no fence: the others meet their timeout";
+  const auto p = static_cast<std::size_t>(w.size());
+  std::vector<float> all(32 * p, 1.0f);
+  {
+    auto sub = breakable("refused_all_gather", std::chrono::seconds(10));
+    if (w.rank() == 0) {
+      EXPECT_THROW_WITH(sub->all_gather({all.data(), 32}, {all.data(), all.size()}), MismatchError,
+                        "or refused its arguments to this one");
+    } else {
+      EXPECT_THROW_WITH(sub->all_gather({all.data(), 32}, {all.data(), all.size()}), ConfigError,
+                        "all_gather: input and output overlap");
+    }
+    EXPECT_FALSE(sub->usable());
+  }
+  {
+    auto sub = breakable("refused_gather", std::chrono::seconds(10));
+    std::vector<float> mine(32, 2.0f), short_out(32 * p - 1);
+    if (w.rank() == 1) {
+      EXPECT_THROW_WITH(sub->gather({mine.data(), 32}, {short_out.data(), short_out.size()}, 1), ConfigError,
+                        "gather: output has");
+    } else {
+      EXPECT_THROW_WITH(sub->gather({mine.data(), 32}, {short_out.data(), short_out.size()}, 1), MismatchError,
+                        "or refused its arguments to this one");
+    }
+  }
+  {
+    // Refused alike on every rank, the communicator stays usable, as before.
+    auto sub = breakable("refused_alike", std::chrono::seconds(10));
+    EXPECT_THROW_WITH(sub->broadcast({all.data(), 8}, w.size()), ConfigError, "root");
+    EXPECT_TRUE(sub->usable());
+    int one = 1;
+    sub->all_reduce({&one, 1});
+    EXPECT_EQ(one, w.size());
   }
   w.barrier();
 }

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <dirent.h>
+#include <malloc.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -40,12 +41,25 @@ long resident_kib() {
   return pages_resident * (sysconf(_SC_PAGESIZE) / 1024);
 }
 
+/// Bytes the C library's allocator has handed out and not taken back (-1 where it cannot say):
+/// finer than resident pages, where a small object leaked per op hides in the allocator's
+/// free pages for thousands of ops.
+long long heap_bytes() {
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
+  const struct mallinfo2 m = mallinfo2();
+  return static_cast<long long>(m.uordblks + m.hblkhd);
+#else
+  return -1;
+#endif
+}
+
 struct Usage {
   int fds, threads;
   long rss_kib;
+  long long heap;
 };
 Usage usage() {
-  return {count_entries("/proc/self/fd", true), count_entries("/proc/self/task", false), resident_kib()};
+  return {count_entries("/proc/self/fd", true), count_entries("/proc/self/task", false), resident_kib(), heap_bytes()};
 }
 
 /// One round of everything a training step does with a communicator, checking the results
@@ -102,8 +116,11 @@ TEST(Steady, DescriptorsThreadsAndMemoryStayFlatOverThousandsOfOps) {
   if (HasFatalFailure()) return;
   const Usage after = usage();
 
-  std::printf("rank %d: fds %d -> %d, threads %d -> %d, resident %ld -> %ld KiB over %d rounds\n", c.rank(), before.fds,
-              after.fds, before.threads, after.threads, before.rss_kib, after.rss_kib, rounds);
+  std::printf(
+      "rank %d: fds %d -> %d, threads %d -> %d, resident %ld -> %ld KiB, heap in use %lld -> %lld B over %d "
+      "rounds\n",
+      c.rank(), before.fds, after.fds, before.threads, after.threads, before.rss_kib, after.rss_kib, before.heap,
+      after.heap, rounds);
   // Growth is a leak; a count may fall, where a descriptor opened before the window is
   // closed inside it: on an H100 node one Gloo rank went from 52 descriptors to 51.
   EXPECT_LE(after.fds, before.fds) << "file descriptors leaked";
@@ -111,6 +128,12 @@ TEST(Steady, DescriptorsThreadsAndMemoryStayFlatOverThousandsOfOps) {
   // Allocator noise is a few pages; a leak of even one small object per op would be
   // 3000+ allocations over the window.
   EXPECT_LE(after.rss_kib - before.rss_kib, 1024) << "resident memory grew";
+  // The heap: a round makes 4 or 5 ops, and the smallest allocation takes 32 bytes, so one
+  // object leaked per op is 128 bytes or more a round; 16 a round, plus 64 KiB for a cache
+  // filled once, stays below that.
+  if (before.heap >= 0) {
+    EXPECT_LE(after.heap - before.heap, 16LL * rounds + 64 * 1024) << "heap memory in use grew";
+  }
 }
 
 }  // namespace

@@ -265,7 +265,7 @@ bool peer_closed(const char* what) {
 }
 /// What `op` is told then, beside Gloo's own words; `who`: "the peer", "a peer".
 std::string peer_closed_text(const std::string& op, const char* who, const char* what) {
-  return op + " failed: " + who + " closed its connection, as it does when its communicator fails (a timeout or an " +
+  return op + " failed: " + who + " closed its connection, as it does when its communicator is destroyed (after a timeout or an " +
          "error there, which it reports) or its process ends (gloo: " + what + ")";
 }
 

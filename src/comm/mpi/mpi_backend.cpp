@@ -117,6 +117,7 @@ class MpiBackend final : public Backend {
  public:
   explicit MpiBackend(MPI_Comm group) : comm_(group) {
     TESSERA_CHECK_MPI(MPI_Comm_rank(comm_, &rank_));
+    TESSERA_CHECK_MPI(MPI_Comm_size(comm_, &size_));
     cuda_aware_ = Session::current().cuda_aware_mpi();
   }
   ~MpiBackend() override {
@@ -156,6 +157,14 @@ class MpiBackend final : public Backend {
     }
     const MPI_Datatype type = mpi_datatype(op.dtype);
     const int n = mpi_count(op.count, op);  // MPI takes per-rank counts only
+    // Open MPI's reduce-scatter counts its whole input in an int (rcount * size), which would
+    // wrap where each rank's block fits one.
+    if (op.type == OpType::ReduceScatter && op.count * static_cast<std::size_t>(size_) > mpi_max_count)
+      throw ConfigError(describe(op) + ": its whole input, " + std::to_string(op.count) + " elements per rank x " +
+                        std::to_string(size_) + " ranks, exceeds the MPI backend's limit of " +
+                        std::to_string(mpi_max_count) +
+                        " (Open MPI counts a reduce-scatter's whole input in an int); split the buffer, or use the "
+                        "gloo or nccl backend");
     void* send = op.send.data;
     void* recv = op.recv.data;
     const bool root = rank_ == op.root;
@@ -227,6 +236,7 @@ class MpiBackend final : public Backend {
  private:
   MPI_Comm comm_;
   int rank_ = 0;
+  int size_ = 1;
   bool cuda_aware_ = false;
   std::vector<char> scratch_;
 };
