@@ -66,6 +66,15 @@ std::size_t parse_size(const std::string& flag, const std::string& text) {
 /// The most elements MPI's own calls take (their counts are int).
 constexpr std::size_t kMpiCountMax = 2147483647;
 
+/// Whether MPI's own call of `op` on `count` elements in all (a row's count) over `ranks`
+/// counts in an int: each rank's block for the ops that spread the buffer over the ranks,
+/// and a reduce-scatter's whole input too, which Open MPI counts in an int.
+bool raw_mpi_fits(const std::string& op, std::size_t count, int ranks) {
+  const bool spread = op == "all_gather" || op == "reduce_scatter" || op == "all_to_all";
+  const std::size_t per_rank = spread ? count / static_cast<std::size_t>(ranks) : count;
+  return per_rank <= kMpiCountMax && (op != "reduce_scatter" || count <= kMpiCountMax);
+}
+
 /// nccl-tests' bus-bandwidth factor: busbw = algbw * factor.
 double bus_factor(const std::string& op, int n) {
   if (op == "all_reduce") return 2.0 * (n - 1) / n;
@@ -573,9 +582,11 @@ int main(int argc, char** argv) {
       for (const auto& op : ops)
         if (!perf::raw_supports(backend, op, dtype, redop))
           missing += std::string(missing.empty() ? "" : ", ") + comm::backend_name(backend) + " " + op;
-      if (backend == comm::Backend::Mpi && hi / dtype_size(dtype) > kMpiCountMax)
-        missing += std::string(missing.empty() ? "" : ", ") + "mpi sizes past " +
-                   std::to_string(kMpiCountMax * dtype_size(dtype)) + " B (MPI counts in int)";
+      if (backend == comm::Backend::Mpi)
+        for (const auto& op : ops)
+          if (!raw_mpi_fits(op, hi / dtype_size(dtype), session.size()))
+            missing +=
+                std::string(missing.empty() ? "" : ", ") + "mpi " + op + " of -e " + max_bytes + " (MPI counts in int)";
       if (missing.empty()) return;
       const bool reducing = std::any_of(ops.begin(), ops.end(), [](const std::string& op) { return reduces(op); });
       const std::string what = std::string(" (-d ") + tessera::dtype_name(dtype) +
@@ -668,10 +679,10 @@ int main(int argc, char** argv) {
           total_wrong += wrong;
           for (int i = 0; i < warmup; ++i) run_tessera(*comm, c, b);
           // MPI's calls count in int: a row past that has no raw call to compare with.
-          const bool raw_fits = comm->backend() != comm::Backend::Mpi || c.per_rank <= kMpiCountMax;
+          const bool raw_fits = comm->backend() != comm::Backend::Mpi || raw_mpi_fits(op, c.count, p);
           if (leader && !raw_fits && !past_int_noted) {
             past_int_noted = true;
-            std::printf("# note: MPI's own %s takes at most %zu elements per rank: from %zu B, no raw call (n/a)\n",
+            std::printf("# note: MPI's own %s counts in an int (at most %zu elements): from %zu B, no raw call (n/a)\n",
                         op.c_str(), kMpiCountMax, c.bytes);
           }
           const bool has_raw = raw && raw_fits && perf::raw_supports(comm->backend(), op, dtype, redop);

@@ -17,16 +17,21 @@ fi
 # Tessera picks its BLAS threads per rank itself (one each here); PyTorch gets --threads 1, and
 # runs under SCHED_BATCH (pytorch_ddp.py --sched, default batch), as Tessera runs its Gloo loop.
 # Tessera over MPI (what auto picks on CPUs) and over Gloo, the transport PyTorch uses here.
-for backend in mpi gloo; do
+# (Over MPI alone where this build has no Gloo.)
+backends=mpi
+"$BUILD_DIR/perf/tessera-bench-train" --version | grep -q 'backends.*gloo' && backends="mpi gloo"
+for backend in $backends; do
   mpiexec -n 2 "${MPIEXEC_FLAGS[@]}" "$BUILD_DIR/perf/tessera-bench-train" --model.layers 8 --model.dim 1024 \
       --train.batch 128 --bench.steps 20 --comm.backend "$backend" --json "$out/ddp_tessera_$backend.json"
 done
 /usr/bin/python3 "$TESSERA_ROOT/perf/pytorch_ddp.py" --ranks 2 --layers 8 --dim 1024 --batch 128 --steps 20 \
     --json "$out/ddp_pytorch.json"
-/usr/bin/python3 - "$out/ddp_tessera_mpi.json" "$out/ddp_tessera_gloo.json" "$out/ddp_pytorch.json" <<'PY'
+runs=()
+for backend in $backends; do runs+=("$out/ddp_tessera_$backend.json"); done
+/usr/bin/python3 - "$out/ddp_pytorch.json" "${runs[@]}" <<'PY'
 import json, sys
-runs = [json.load(open(f)) for f in sys.argv[1:3]]
-p = json.load(open(sys.argv[3]))
+p = json.load(open(sys.argv[1]))
+runs = [json.load(open(f)) for f in sys.argv[2:]]
 for t in runs:
     ratio = t["steps_per_s"] / p["steps_per_s"]
     m = t["median_s"]

@@ -151,7 +151,15 @@ class OutputFile {
     writing_ = std::filesystem::exists(target_, ec)
                    ? std::filesystem::path(target_.string() + ".tmp." + std::to_string(getpid()))
                    : target_;
-    if (writing_ != target_) unfinished_ = std::make_unique<UnfinishedFile>(writing_.string());
+    if (writing_ != target_) {
+      unfinished_ = std::make_unique<UnfinishedFile>(writing_.string());
+      // Made with the user's file's permissions before anything is written to it.
+      try {
+        ::close(open_copy(writing_, target_));
+      } catch (const std::system_error& e) {
+        throw ConfigError("cannot write the " + flag_ + " file '" + path_ + "': " + e.what());
+      }
+    }
     stream_.open(writing_);
     if (!stream_) throw ConfigError("cannot write the " + flag_ + " file '" + path_ + "'");
   }

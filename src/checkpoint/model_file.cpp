@@ -21,7 +21,9 @@ namespace tessera::checkpoint {
 namespace {
 
 /// The model file's bytes: HDF5's core driver, without a backing store, builds it in memory.
-std::vector<char> file_image(const nn::ParameterStore& store, const std::vector<float>& values) {
+/// `values` is freed once written into it, so that rank 0 holds the file's bytes at most twice
+/// (HDF5's and the copy returned), for the moment of the copy.
+std::vector<char> file_image(const nn::ParameterStore& store, std::vector<float>& values) {
   std::size_t bytes = 64 * 1024;  // the superblock, the group and a header per dataset, with room
   for (const auto& p : store.parameters()) bytes += p.numel * sizeof(float) + 1024;
   detail::H5Handle fapl(TESSERA_CHECK_HDF5(H5Pcreate(H5P_FILE_ACCESS)), H5Pclose);
@@ -41,6 +43,7 @@ std::vector<char> file_image(const nn::ParameterStore& store, const std::vector<
       TESSERA_CHECK_HDF5(H5Dwrite(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data() + p.offset));
     }
   }
+  std::vector<float>().swap(values);
   TESSERA_CHECK_HDF5(H5Fflush(file.get(), H5F_SCOPE_GLOBAL));
   const ssize_t size = TESSERA_CHECK_HDF5(H5Fget_file_image(file.get(), nullptr, 0));
   std::vector<char> image(static_cast<std::size_t>(size));
@@ -48,16 +51,17 @@ std::vector<char> file_image(const nn::ParameterStore& store, const std::vector<
   return image;
 }
 
-/// Writes `bytes` to `path`, this save's own copy (created with the default mode, or emptied:
-/// a copy left by a killed run of the same process id); errno's words where a write fails.
-/// replace_file flushes it to the disk.
-void write_new_file(const std::string& path, const std::vector<char>& bytes) {
-  const auto fail = [&path](const char* doing) {
+/// Writes `bytes` to `copy`, this save's own file beside `target` (open_copy: the target's
+/// permissions from the start; a copy left by a killed run of the same process id is emptied);
+/// errno's words where a write fails. replace_file flushes it to the disk.
+void write_copy(const std::filesystem::path& copy, const std::filesystem::path& target,
+                const std::vector<char>& bytes) {
+  const int fd = open_copy(copy, target);
+  const auto fail = [&copy](const char* doing) {
     const int e = errno;
-    return std::system_error(e, std::generic_category(), "could not " + std::string(doing) + " '" + path + "'");
+    return std::system_error(e, std::generic_category(),
+                             "could not " + std::string(doing) + " '" + copy.string() + "'");
   };
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-  if (fd < 0) throw fail("create");
   std::size_t done = 0;
   while (done < bytes.size()) {
     const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
@@ -106,9 +110,9 @@ void save_model(const std::string& path, const nn::ParameterStore& store, comm::
       // that fills (or a quota, or a file-size limit) then fails a write of ours, reported
       // with errno's words. A write that failed inside HDF5 left the file in HDF5's tables
       // after a failed close, and HDF5 1.10 crashed closing it again in MPI_Finalize. The
-      // price: the file's bytes twice in rank 0's host memory while it is written.
+      // price: the file's bytes twice in rank 0's host memory for a moment (file_image).
       const std::vector<char> image = file_image(store, values);
-      write_new_file(tmp, image);
+      write_copy(tmp, target, image);
       replace_file(tmp, target);
     } catch (const std::exception& e) {
       std::error_code ignore;

@@ -960,16 +960,18 @@ class CommState {
   /// interrupt the call, and the call would write into the op's buffers whenever the rank
   /// came back, maybe after the program freed them: so this process ends here, with the
   /// diagnosis, and the launcher ends the job.
-  /// Returns where the call ended while the peers were asked (up to 1 s): the watchdog
-  /// calls again if it is still inside past its deadline.
+  /// Returns where the call ended while the peers were asked (up to 1 s), also where the next
+  /// call has begun since (its own deadline then stands in inside_until): the watchdog calls
+  /// again for a call still inside past its deadline.
   void stuck(Watchdog& watchdog) {
+    const auto until = progress.inside_until.load(std::memory_order_acquire);
     const Op op = inside_op;
     std::vector<PeerStatus> peers;
     try {
       peers = watchdog.query(id, world_ranks, kQueryWait);
     } catch (...) {
     }
-    if (progress.inside_until.load(std::memory_order_acquire) == 0) return;
+    if (until == 0 || progress.inside_until.load(std::memory_order_acquire) != until) return;
     // Peers that met this collective's timeout: the call can never complete. Before this
     // rank began it, the fence passed on the messages they had sent before giving up; just
     // after, the fence passed here but not there (this rank's message came too late).
@@ -1026,6 +1028,7 @@ class CommState {
   /// ncclRecv, and waits there for the peer's matching op with no deadline of its own.
   /// Returns where the post ended while the peer was asked, as stuck() does.
   void post_stuck(Watchdog& watchdog) {
+    const auto until = progress.posting_until.load(std::memory_order_acquire);
     const Op op = posting_op;
     const int peer_world = world_ranks[static_cast<std::size_t>(op.peer)];
     std::vector<PeerStatus> peers;
@@ -1033,7 +1036,7 @@ class CommState {
       peers = watchdog.query(id, {peer_world}, kQueryWait);
     } catch (...) {
     }
-    if (progress.posting_until.load(std::memory_order_acquire) == 0) return;
+    if (until == 0 || progress.posting_until.load(std::memory_order_acquire) != until) return;
     const auto report = arrivals(peers, world_ranks, rank, op.coll_seq, false);
     const std::string library = backend_name(backend->kind());
     std::string message =
@@ -1727,8 +1730,15 @@ Work Communicator::submit(Op op, bool async) {
         s.enqueue(w);
         Work(w).wait();
       }
-    } catch (const Error&) {
+    } catch (const MismatchError&) {
       // The mismatch the other ranks raise too: this rank's own error says what was wrong.
+    } catch (const Error& e) {
+      // The fence itself failed (a rank did not come): both are told.
+      try {
+        std::rethrow_exception(op.refusal);
+      } catch (const Error& refused) {
+        throw ConfigError(refused.message() + "; and at this collective's fence, which it still took: " + e.message());
+      }
     }
     std::rethrow_exception(op.refusal);
   }

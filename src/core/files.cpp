@@ -65,20 +65,34 @@ std::error_code sync_path(const std::filesystem::path& path, int flags) {
 }
 }  // namespace
 
-void replace_file(const std::filesystem::path& written, const std::filesystem::path& target) {
-  // The file it replaces keeps its permissions (a private model stays private), and its owner
-  // and group where this process may give them (root, or a group it is in); the copy was made
-  // with the default mode.
+int open_copy(const std::filesystem::path& copy, const std::filesystem::path& target) {
   struct stat had {};
-  if (::stat(target.c_str(), &had) == 0) {
-    if (::chown(written.c_str(), had.st_uid, had.st_gid) != 0) {
-      // Not allowed (another user's file this one may write): the copy stays this user's.
-    }
-    if (::chmod(written.c_str(), had.st_mode & 07777) != 0)
+  const bool replaces = ::stat(target.c_str(), &had) == 0;
+  // Owner-only until it has the target's permissions.
+  const int fd = ::open(copy.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, replaces ? 0600 : 0666);
+  if (fd < 0) throw std::system_error(errno, std::generic_category(), "could not create '" + copy.string() + "'");
+  if (replaces) {
+    // The mode first: a copy given away (chown) may no longer be this process's to change.
+    // Then the owner and group, where this process may give them (root, or a group it is in;
+    // otherwise the copy stays this user's), and the mode again, which chown clears of its
+    // set-user-id and set-group-id bits.
+    if (::fchmod(fd, had.st_mode & 07777) != 0) {
+      const int e = errno;
+      ::close(fd);
       throw std::system_error(
-          errno, std::generic_category(),
-          "'" + written.string() + "' could not be given the permissions of '" + target.string() + "'");
+          e, std::generic_category(),
+          "'" + copy.string() + "' could not be given the permissions of '" + target.string() + "'");
+    }
+    if (::fchown(fd, had.st_uid, had.st_gid) == 0 && (had.st_mode & 06000) != 0) {
+      if (::fchmod(fd, had.st_mode & 07777) != 0) {
+        // Kept without those bits: this process may no longer change the copy's mode.
+      }
+    }
   }
+  return fd;
+}
+
+void replace_file(const std::filesystem::path& written, const std::filesystem::path& target) {
   if (const auto ec = sync_path(written, O_RDONLY))
     throw std::system_error(ec, "'" + written.string() + "' could not be flushed to the disk");
   std::filesystem::rename(written, target);  // throws filesystem_error, leaving the target as it was

@@ -485,18 +485,23 @@ std::string first_sentence(const std::string& text) {
 }  // namespace
 
 StepMetrics Trainer::step() {
-  if (!failed_.empty())
+  if (failed_)
     TESSERA_THROW(Error, "this Trainer cannot step again: step " + std::to_string(steps_done_ + 1) + " failed (" +
-                             failed_ +
+                             (why_failed_.empty() ? std::string("an exception without a message") : why_failed_) +
                              "), and left the parameters, gradients and optimizer state partway through it. "
                              "Build a new Trainer (from a saved model, if there is one)");
   try {
     return step_once();
   } catch (const Error& e) {
-    failed_ = first_sentence(e.message());
+    failed_ = true;
+    why_failed_ = first_sentence(e.message());
     throw;
   } catch (const std::exception& e) {
-    failed_ = first_sentence(e.what());
+    failed_ = true;
+    why_failed_ = first_sentence(e.what());
+    throw;
+  } catch (...) {
+    failed_ = true;
     throw;
   }
 }

@@ -388,9 +388,10 @@ TEST(Mismatch, ASendAndAReceiveOfDifferentSizesAreTold) {
         ADD_FAILURE() << "the transfer completed";
       } catch (const CommError& e) {
         const std::string what = e.what();
-        EXPECT_TRUE(what.find("failed: the peer closed its connection, as it does when its communicator is destroyed") !=
-                        std::string::npos ||
-                    what.find("timed out after 3 s") != std::string::npos)
+        EXPECT_TRUE(
+            what.find("failed: the peer closed its connection, as it does when its communicator is destroyed") !=
+                std::string::npos ||
+            what.find("timed out after 3 s") != std::string::npos)
             << what;
       }
     }
@@ -476,6 +477,38 @@ TEST(BadArguments, ArgumentsSomeRanksRefuseFailTheOthersAtOnce) {
       EXPECT_THROW_WITH(sub->gather({mine.data(), 32}, {short_out.data(), short_out.size()}, 1), MismatchError,
                         "or refused its arguments to this one");
     }
+  }
+  {
+    // The same in the check mode, which gathers every rank's op: the others name the rank
+    // that refused.
+    auto sub = breakable("refused_checked", std::chrono::seconds(10));
+    sub->set_check(true);
+    if (w.rank() == 0) {
+      EXPECT_THROW_WITH(sub->all_gather({all.data(), 32}, {all.data(), all.size()}), MismatchError,
+                        "and refused its arguments");
+    } else {
+      EXPECT_THROW_WITH(sub->all_gather({all.data(), 32}, {all.data(), all.size()}), ConfigError,
+                        "all_gather: input and output overlap");
+    }
+  }
+  {
+    // Behind async ops still queued: the refused one takes its place after them, and they
+    // complete on every rank.
+    auto sub = breakable("refused_queued", std::chrono::seconds(10));
+    std::vector<float> a(4096, 1.0f), b(4096, 2.0f);
+    auto first = sub->all_reduce_async({a.data(), a.size()});
+    auto second = sub->all_reduce_async({b.data(), b.size()});
+    if (w.rank() == 0) {
+      EXPECT_THROW_WITH(sub->all_gather({all.data(), 32}, {all.data(), all.size()}), MismatchError,
+                        "or refused its arguments to this one");
+    } else {
+      EXPECT_THROW_WITH(sub->all_gather_async({all.data(), 32}, {all.data(), all.size()}), ConfigError,
+                        "all_gather: input and output overlap");
+    }
+    first.wait();
+    second.wait();
+    EXPECT_EQ(a[4095], static_cast<float>(w.size()));
+    EXPECT_EQ(b[0], 2.0f * static_cast<float>(w.size()));
   }
   {
     // Refused alike on every rank, the communicator stays usable, as before.

@@ -361,6 +361,14 @@ TEST(ModelFile, SavesEveryParameterInItsGlobalShapeAndLoadsBack) {
                     "tensor-parallel blocks");
 }
 
+/// A new empty folder under the temporary directory, named `prefix` and this process's id.
+std::filesystem::path empty_dir(const std::string& prefix) {
+  const auto dir = std::filesystem::path(temp(prefix + std::to_string(getpid())));
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directory(dir);
+  return dir;
+}
+
 std::string contents(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
@@ -374,9 +382,7 @@ TEST(ModelFile, ASaveTheDiskDoesNotTakeLeavesTheUsersFileAsItWas) {
   nn::ParameterStore a;
   nn::MLP mlp(a, 2, 5);
   a.initialize(11);
-  const auto dir = std::filesystem::path(temp("tessera_flush_" + std::to_string(getpid())));
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directory(dir);
+  const auto dir = empty_dir("tessera_flush_");
   const std::string path = (dir / "model.h5").string();
   { std::ofstream(path) << "the user's model"; }
   g_fsync_error = ENOSPC;
@@ -400,9 +406,7 @@ TEST(ModelFile, ADiskThatFillsDuringTheWriteLeavesTheUsersFileAndTheProcessSound
   nn::ParameterStore a;
   nn::MLP mlp(a, 2, 64);  // 33 kB of values
   a.initialize(11);
-  const auto dir = std::filesystem::path(temp("tessera_full_" + std::to_string(getpid())));
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directory(dir);
+  const auto dir = empty_dir("tessera_full_");
   const std::string path = (dir / "model.h5").string();
   { std::ofstream(path) << "the user's model"; }
   rlimit before{};
@@ -434,9 +438,7 @@ TEST(ModelFile, ReplacingAFileKeepsItsPermissions) {
   nn::ParameterStore a;
   nn::MLP mlp(a, 2, 5);
   a.initialize(11);
-  const auto dir = std::filesystem::path(temp("tessera_mode_" + std::to_string(getpid())));
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directory(dir);
+  const auto dir = empty_dir("tessera_mode_");
   const auto path = dir / "model.h5";
   { std::ofstream(path) << "the user's model"; }
   namespace fs = std::filesystem;
@@ -456,9 +458,7 @@ TEST(ModelFile, ReplacingAFileKeepsItsPermissions) {
 // The same for an app's output that replaces a file the user had (--metrics, --trace, a
 // benchmark's --json): written beside it, and put in its place only once on the disk.
 TEST(OutputFile, AFileTheDiskDoesNotTakeLeavesTheUsersFileAsItWas) {
-  const auto dir = std::filesystem::path(temp("tessera_output_" + std::to_string(getpid())));
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directory(dir);
+  const auto dir = empty_dir("tessera_output_");
   const std::string path = (dir / "metrics.jsonl").string();
   { std::ofstream(path) << "the user's metrics\n"; }
   {
@@ -475,6 +475,12 @@ TEST(OutputFile, AFileTheDiskDoesNotTakeLeavesTheUsersFileAsItWas) {
                                std::filesystem::perm_options::replace);  // 0600: the user's metrics are private
   {
     apps::OutputFile file("--metrics", path);
+    // The copy being written is as private as the file from the start (it was made 0644, and
+    // given the file's mode only when it replaced it, hours of a run later).
+    const auto copy = std::filesystem::path(path + ".tmp." + std::to_string(getpid()));
+    ASSERT_TRUE(std::filesystem::exists(copy));
+    EXPECT_EQ(std::filesystem::status(copy).permissions() & std::filesystem::perms::mask,
+              std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
     file.stream() << "{\"step\": 1}\n";
     file.commit();
   }

@@ -27,9 +27,15 @@ inline std::filesystem::path write_target(const std::string& path) {
 /// made durable (fsync of the directory). So a crash or a lost node soon after leaves the old
 /// file or the new one, never an empty or partly written one; an error (a full or over-quota
 /// file system that says so only now, as NFS does) throws std::system_error, with the user's
-/// file untouched and `written` still there for the caller to remove. The new file keeps the
-/// target's permissions, and its owner and group where this process may set them.
+/// file untouched and `written` still there for the caller to remove.
 void replace_file(const std::filesystem::path& written, const std::filesystem::path& target);
+
+/// Creates (or empties) `copy`, the file that will replace `target`, and returns its
+/// descriptor, open for writing. Where `target` exists, the copy has its permissions, and its
+/// owner and group where this process may set them, before any byte is written: a private
+/// file's data is never readable by others on its way. A symbolic link at `copy` is refused,
+/// not followed. Throws std::system_error.
+int open_copy(const std::filesystem::path& copy, const std::filesystem::path& target);
 
 /// Files being written that are not the user's yet: a copy that is renamed over its target
 /// when complete (model files, the apps' outputs). While one is tracked,

@@ -171,7 +171,8 @@ class Trainer {
   std::vector<std::int64_t> micro_indices_;
   std::int64_t steps_done_ = 0;
   double last_finite_loss_ = 0;
-  std::string failed_;  // why a step threw (what every later step() names)
+  bool failed_ = false;     // a step threw: every later step() refuses
+  std::string why_failed_;  // what it threw, as every later step() names it
 };
 
 }  // namespace tessera::train
