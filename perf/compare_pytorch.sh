@@ -19,7 +19,7 @@ fi
 # Tessera over MPI (what auto picks on CPUs) and over Gloo, the transport PyTorch uses here.
 # (Over MPI alone where this build has no Gloo.)
 backends=mpi
-"$BUILD_DIR/perf/tessera-bench-train" --version | grep -q 'backends.*gloo' && backends="mpi gloo"
+[[ "$("$BUILD_DIR/perf/tessera-bench-train" --version)" != *gloo* ]] || backends="mpi gloo"
 for backend in $backends; do
   mpiexec -n 2 "${MPIEXEC_FLAGS[@]}" "$BUILD_DIR/perf/tessera-bench-train" --model.layers 8 --model.dim 1024 \
       --train.batch 128 --bench.steps 20 --comm.backend "$backend" --json "$out/ddp_tessera_$backend.json"
