@@ -21,6 +21,7 @@
 #include "kernels/fast_math.hpp"
 #include "kernels/gemm.hpp"
 #include "kernels/host_loops.hpp"
+#include "kernels/side_queue.hpp"
 #include "test_support.hpp"
 
 namespace {
@@ -110,6 +111,81 @@ TEST(Gemm, AllTransposeCombinationsMatchANaiveLoop) {
   View2D<float> wrong("w", 2, 2), x("x", 3, 3), y("y", 2, 3);
   EXPECT_THROW_WITH(kernels::gemm(kernels::Trans::No, kernels::Trans::No, 1, wrong, x, 0, y), Error,
                     "shapes do not match");
+}
+
+// A product over no terms (k = 0: a weight gradient over a batch of no rows) is beta C, as
+// BLAS defines it, with C's old contents (NaN) not read where beta is 0; gemm_bias gives the
+// bias in every row. An empty C (m or n = 0) is left alone. Both come to BLAS and cuBLAS
+// with leading dimensions of at least 1, or cuBLAS refuses the call.
+TEST(Gemm, AProductOverNoTermsIsBetaTimesCAndAnEmptyCIsLeftAlone) {
+  using kernels::BiasAdd;
+  using kernels::Trans;
+  const std::size_t m = 4, n = 3;
+  auto bias = random_matrix(1, n, 6);
+  const auto hbias = host_copy(bias);
+  for (Trans ta : {Trans::No, Trans::Yes}) {
+    for (Trans tb : {Trans::No, Trans::Yes}) {
+      const std::string what =
+          std::string("ta ") + (ta == Trans::Yes ? "T" : "N") + ", tb " + (tb == Trans::Yes ? "T" : "N");
+      const View2D<float> a = ta == Trans::No ? View2D<float>("a", m, 0) : View2D<float>("a", 0, m);
+      const View2D<float> b = tb == Trans::No ? View2D<float>("b", 0, n) : View2D<float>("b", n, 0);
+      auto c = random_matrix(m, n, 5);
+      const auto c0 = host_copy(c);
+      kernels::gemm(ta, tb, 2.0f, a, b, 0.5f, c);
+      auto hc = host_copy(c);
+      for (std::size_t i = 0; i < m; ++i)
+        for (std::size_t j = 0; j < n; ++j) EXPECT_EQ(hc(i, j), 0.5f * c0(i, j)) << what;
+      Kokkos::deep_copy(c, std::nanf(""));
+      kernels::gemm(ta, tb, 1.0f, a, b, 0.0f, c);
+      hc = host_copy(c);
+      for (std::size_t i = 0; i < m; ++i)
+        for (std::size_t j = 0; j < n; ++j) EXPECT_EQ(hc(i, j), 0.0f) << what << ": beta 0 must not read C";
+      for (BiasAdd how : {BiasAdd::Epilogue, BiasAdd::Separate}) {
+        Kokkos::deep_copy(c, std::nanf(""));
+        EXPECT_FALSE(kernels::gemm_bias(ta, tb, a, b, View1D<const float>(bias.data(), n), c, how))
+            << what << ": cuBLASLt's epilogue takes no product over no terms";
+        hc = host_copy(c);
+        for (std::size_t i = 0; i < m; ++i)
+          for (std::size_t j = 0; j < n; ++j)
+            EXPECT_EQ(hc(i, j), hbias(0, j)) << what << " at (" << i << ", " << j << ")";
+      }
+    }
+  }
+  // Empty C: no rows, then no columns.
+  const auto a = random_matrix(m, 2, 7), b = random_matrix(2, n, 8);
+  View2D<float> no_rows("c", 0, n), no_columns("c", m, 0);
+  EXPECT_NO_THROW(kernels::gemm(Trans::No, Trans::No, 1.0f, View2D<float>("a", 0, 2), b, 0.0f, no_rows));
+  EXPECT_NO_THROW(kernels::gemm(Trans::No, Trans::No, 1.0f, a, View2D<float>("b", 2, 0), 0.0f, no_columns));
+  EXPECT_FALSE(kernels::gemm_bias(Trans::No, Trans::No, View2D<float>("a", 0, 2), b,
+                                  View1D<const float>(bias.data(), n), no_rows, BiasAdd::Auto));
+}
+
+// Work queued on the side queue after follow_default() starts after everything queued on the
+// default queue before it. On a GPU the side queue is a CUDA stream of its own: a copy queued
+// there without that wait reads C while the GEMM (about 0.3 ms on an H100) still writes it,
+// and C starts as NaN each round. On the host both are one queue, in order.
+TEST(SideQueue, WorkQueuedAfterFollowingTheDefaultQueueSeesItsResults) {
+  using kernels::Trans;
+  const std::size_t n = test::device_build() ? 2048 : 64;
+  const auto a = random_matrix(n, n, 21), b = random_matrix(n, n, 22);
+  View2D<float> c("c", n, n), copy("copy", n, n);
+  kernels::SideQueue side;
+  for (int round = 0; round < 3; ++round) {
+    Kokkos::deep_copy(c, std::nanf(""));
+    Kokkos::deep_copy(copy, 0.0f);
+    kernels::gemm(Trans::No, Trans::No, 1.0f, a, b, 0.0f, c);  // queued on the default queue
+    side.follow_default();
+    Kokkos::deep_copy(side.space(), copy, c);
+    side.space().fence();
+    Kokkos::fence();
+    const auto hc = host_copy(c), hcopy = host_copy(copy);
+    std::size_t differ = 0;
+    for (std::size_t i = 0; i < n; ++i)
+      for (std::size_t j = 0; j < n; ++j) differ += !(hcopy(i, j) == hc(i, j));
+    EXPECT_EQ(differ, 0u) << "round " << round << ": the side queue's copy of C differs from C in " << differ << " of "
+                          << n * n << " elements";
+    EXPECT_FALSE(std::isnan(hc(n - 1, n - 1)));
+  }
 }
 
 // Column slices of wider matrices are row-major views whose rows lie further apart than
