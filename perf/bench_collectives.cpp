@@ -455,7 +455,7 @@ int main(int argc, char** argv) {
   app.add_option("-e,--maxbytes", max_bytes, "largest size in bytes")->capture_default_str()->check(size);
   auto* factor_opt = app.add_option("-f,--stepfactor", factor, "multiply the size by this between rows")
                          ->capture_default_str()
-                         ->check(apps::whole(2, 1 << 20));
+                         ->transform(apps::whole(2, 1 << 20));
   app.add_option("-i,--stepbytes", step_bytes, "add this many bytes between rows instead of -f; K, M and G suffixes")
       ->excludes(factor_opt)
       ->check(size);
@@ -474,24 +474,24 @@ int main(int argc, char** argv) {
       ->check(apps::parsed_by(comm::parse_reduce_op));
   app.add_option("-r,--root", root, "root rank of broadcast and reduce")
       ->capture_default_str()
-      ->check(no_sweep("root", "0, 1, ..."))
-      ->check(apps::whole(0, 1 << 30));
+      ->transform(apps::whole(0, 1 << 30))
+      ->transform(no_sweep("root", "0, 1, ..."));  // a transform goes before those given before it
   app.add_option("-n,--iters", iters, "timed iterations per measurement")
       ->capture_default_str()
-      ->check(apps::whole(1, 1 << 30));
+      ->transform(apps::whole(1, 1 << 30));
   app.add_option("-w,--warmup_iters", warmup, "untimed iterations first")
       ->capture_default_str()
-      ->check(apps::whole(0, 1 << 30));
+      ->transform(apps::whole(0, 1 << 30));
   app.add_option("-c,--check", check_flag,
                  "N >= 1: verify the results (once per row and backend, whatever N: nccl-tests checks N "
                  "iterations); 0: do not")
       ->capture_default_str()
-      ->check(apps::whole(0, 1 << 30));
+      ->transform(apps::whole(0, 1 << 30));
   app.add_option("-a,--average", average,
                  "how a row's time is combined over the ranks: 0 rank 0's, 1 the mean, 2 the fastest rank's, 3 the "
                  "slowest rank's, which the job waits for; nccl-tests' default is 1")
       ->capture_default_str()
-      ->check(apps::whole(0, 3));
+      ->transform(apps::whole(0, 3));
   app.add_option("-g,--ngpus", gpus, "GPUs per rank; only 1: a Tessera rank drives one GPU, so start one rank per GPU")
       ->capture_default_str()
       ->check(one_per_rank("-g", "GPUs per rank"));
@@ -500,7 +500,7 @@ int main(int argc, char** argv) {
       ->check(one_per_rank("-t", "threads per rank"));
   app.add_option("--rounds", rounds, "alternating Tessera/raw batches per row; the lowest median of each is kept")
       ->capture_default_str()
-      ->check(apps::whole(1, 1000));
+      ->transform(apps::whole(1, 1000));
   app.add_option("--backend", backend_arg, "mpi, gloo, nccl, or all: every one compiled in and usable")
       ->capture_default_str()
       ->transform(apps::one_of({"mpi", "gloo", "nccl", "all"}, "a backend this benchmark runs", {"auto"}));
@@ -530,15 +530,22 @@ int main(int argc, char** argv) {
         ->check(foreign_flag_check(kForeignFlags[i]))
         ->group("nccl-tests options with no counterpart here");
 
-  return tessera::apps::run_app(argc, argv, app, tessera::apps::Outputs::AtEnd, [&](tessera::Session& session) {
-    const DType dtype = parse_dtype(dtype_name_arg);
-    const ReduceOp redop = comm::parse_reduce_op(redop_name);
+  // The flags that must fit each other, judged as the flags are read: a usage error (exit 2),
+  // as one flag's bad value is.
+  DType dtype = DType::Float32;
+  ReduceOp redop = ReduceOp::Sum;
+  std::size_t lo = 0, hi = 0, step = 0;
+  app.callback([&] {
+    dtype = parse_dtype(dtype_name_arg);
+    redop = comm::parse_reduce_op(redop_name);
     if (redop == ReduceOp::Avg && (dtype == DType::Int32 || dtype == DType::Int64))
       throw ConfigError("-o avg is defined for floating-point dtypes only, not -d " + dtype_name_arg +
                         "; give -d float (or double, half, bfloat16), or -o sum");
-    const std::size_t lo = parse_size("-b", min_bytes), hi = parse_size("-e", max_bytes);
-    const std::size_t step = step_bytes ? parse_size("-i", *step_bytes) : 0;
-    if (step_bytes && step == 0) throw ConfigError("-i " + *step_bytes + ": the step must be at least 1 byte");
+    lo = parse_size("-b", min_bytes);
+    hi = parse_size("-e", max_bytes);
+    step = step_bytes ? parse_size("-i", *step_bytes) : 0;
+    if (step_bytes && step == 0)
+      throw ConfigError("-i " + *step_bytes + " is less than 1 byte; give the step in whole bytes (-i 1M)");
     if (lo > hi)
       throw ConfigError("-b (" + min_bytes + ") is larger than -e (" + max_bytes +
                         (app.count("-e") == 0 ? ", the default" : "") + "); give a larger -e or a smaller -b");
@@ -546,6 +553,9 @@ int main(int argc, char** argv) {
       throw ConfigError("-b " + min_bytes + " is less than one " + tessera::dtype_name(dtype) + " element (" +
                         std::to_string(dtype_size(dtype)) + " bytes); give at least -b " +
                         std::to_string(dtype_size(dtype)));
+  });
+
+  return tessera::apps::run_app(argc, argv, app, tessera::apps::Outputs::AtEnd, [&](tessera::Session& session) {
     // The results file is checked before any work.
     // Messages name the results file's flag as typed: --json, or nccl-tests' -J/--output_file.
     std::string json_flag = "--json";

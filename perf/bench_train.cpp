@@ -59,16 +59,18 @@ int main(int argc, char** argv) {
   if (auto* samples = app.get_option_no_throw("--data.samples"))
     samples->description("samples in the synthetic task (default here: 8 x --train.batch, at least 1024)")
         ->default_str("");
-  app.add_option("--bench.steps", steps, "timed steps")->capture_default_str()->check(tessera::apps::whole(1, 100000));
+  app.add_option("--bench.steps", steps, "timed steps")
+      ->capture_default_str()
+      ->transform(tessera::apps::whole(1, 100000));
   app.add_option("--bench.warmup", warmup, "untimed steps first")
       ->capture_default_str()
-      ->check(tessera::apps::whole(0, 100000));
+      ->transform(tessera::apps::whole(0, 100000));
   app.add_option(
          "--bench.rounds", rounds,
          "rounds that each time a share of the steps, then the GEMMs, optimizer, all-reduces, memory-bound passes "
          "and a copy alone")
       ->capture_default_str()
-      ->check(tessera::apps::whole(1, 1000));
+      ->transform(tessera::apps::whole(1, 1000));
   app.add_option("--json", json_path, "write the results as JSON")
       ->option_text("FILE")
       ->check(tessera::apps::file_name());

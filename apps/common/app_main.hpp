@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -62,7 +63,10 @@ inline void quiet_stop_signals() noexcept { g_stop_length[0] = g_stop_length[1] 
 /// Rank 0's report of an error the ranks met together: "NAME: error: TEXT" where all said
 /// the same, else "NAME: error on rank 1: TEXT" and "NAME: error on ranks 0, 2: TEXT" (at
 /// most 8 texts), and the ranks whose text did not come in time.
-inline void print_rank_texts(const std::string& name, const std::vector<Session::RankText>& texts, int ranks) {
+/// With `unheard_had_none`, the ranks without a text had no error of their own (their flags
+/// were sound) and stop for the others'.
+inline void print_rank_texts(const std::string& name, const std::vector<Session::RankText>& texts, int ranks,
+                             bool unheard_had_none = false) {
   std::vector<bool> heard(static_cast<std::size_t>(ranks), false);
   for (const auto& t : texts)
     for (int r : t.ranks) heard[static_cast<std::size_t>(r)] = true;
@@ -89,9 +93,44 @@ inline void print_rank_texts(const std::string& name, const std::vector<Session:
   std::vector<int> silent;
   for (int r = 0; r < ranks; ++r)
     if (!heard[static_cast<std::size_t>(r)]) silent.push_back(r);
-  if (!silent.empty())
+  if (!silent.empty() && unheard_had_none)
+    std::fprintf(stderr, "%s: the other %zu rank%s found no error in %s flags, and stop%s too\n", name.c_str(),
+                 silent.size(), silent.size() > 1 ? "s" : "", silent.size() > 1 ? "their" : "its",
+                 silent.size() > 1 ? "" : "s");
+  else if (!silent.empty())
     std::fprintf(stderr, "%s: %zu rank%s failed too, whose message did not reach rank 0 in time\n", name.c_str(),
                  silent.size(), silent.size() > 1 ? "s" : "");
+}
+
+/// The ranks settle their flags together. `stop` is this rank's outcome: -1 to go on, 0 for
+/// --help, else the exit status of its error `error` (what follows "NAME: error: "). Ranks
+/// usually read the same flags and fail alike, but not always: a config file on node-local
+/// disk missing on one node, or a launch with different flags per rank. Then the ranks whose
+/// flags were sound would go on and wait for the failed ones in their first collective, for
+/// the whole communication timeout, without the failed ones' message. So every rank stops
+/// with the highest status any rank has, and rank 0 prints each error with its ranks (once,
+/// as "NAME: error: ...", where every rank failed alike). Returns the status to exit with,
+/// or -1 to go on.
+inline int settle_flags(Session& session, const std::string& name, int stop, const std::string& error) {
+  int worst = stop;
+  if (session.size() > 1) MPI_Allreduce(&stop, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (worst <= 0) return worst;
+  if (session.size() == 1) {
+    std::fprintf(stderr, "%s: error: %s\n", name.c_str(), error.c_str());
+    return worst;
+  }
+  const std::string kNone = "\x01";  // a rank with no error of its own
+  const auto texts = session.gather_texts_within(stop > 0 ? error : kNone, std::chrono::seconds(30));
+  if (!texts) {  // some rank did not come: each says its own
+    if (stop > 0) std::fprintf(stderr, "%s: error: %s [rank %d]\n", name.c_str(), error.c_str(), session.rank());
+    return worst;
+  }
+  if (session.rank() != 0) return worst;
+  std::vector<Session::RankText> failed;
+  for (const auto& t : *texts)
+    if (t.text != kNone) failed.push_back(t);
+  print_rank_texts(name, failed, session.size(), true);
+  return worst;
 }
 }  // namespace detail
 
@@ -138,8 +177,8 @@ inline void check_on_rank0(Session& session, const std::function<std::string()>&
 
 /// Runs body(session) inside a Session after parsing the flags (and the TOML file named by
 /// --config, if the app has that option). Kokkos sees only its own --kokkos-* flags, the app
-/// all the others (so --help is the app's alone). Flag and config-file errors are the same on
-/// every rank, so every rank exits with the same code and rank 0 prints the message. An error
+/// all the others (so --help is the app's alone). A flag or config-file error on any rank
+/// stops every rank with status 2, and rank 0 prints each rank's error (settle_flags). An error
 /// during the run that every rank meets (bad input) ends every rank the same way: rank 0
 /// prints it and all exit normally with status 1. An error that hits some ranks only is
 /// printed by them, and they abort the job so that no rank is left waiting. A stop by a
@@ -199,52 +238,59 @@ inline int run_app(int argc, char** argv, CLI::App& app, Outputs outputs, const 
     }
     return 0;
   }
+  bool started = false;  // the Session (MPI and Kokkos) has started
   try {
     Session session(kokkos_argc, kokkos_args);
     // Kokkos takes out of its arguments the flags it knows; one left is a typo it would ignore
     // ("--kokkos-num-thread=2" ran on the default threads without a word).
-    for (int i = 1; i < kokkos_argc; ++i) {
+    started = true;
+    // This rank's flags: -1 to go on, 0 for --help, 2 for a usage error (a config file's too;
+    // CLI11's own codes differ by kind: 105, 109, ...), with the error's text.
+    int stop = -1;
+    std::string error;
+    for (int i = 1; i < kokkos_argc && stop < 0; ++i) {
       const std::string flag = kokkos_args[i];
       if (flag.rfind("--kokkos-", 0) != 0) continue;
-      if (session.rank() == 0) {
-        // The thread count's flag was renamed in Kokkos 3.7; the docs show the new name.
-        const std::string older =
-            flag.rfind("--kokkos-num-threads", 0) == 0 ? " (Kokkos before 3.7 names it --kokkos-threads)" : "";
-        std::fprintf(stderr,
-                     "%s: error: Kokkos %d.%d.%d, which this build uses, does not know the flag '%s'%s.\nRun with "
-                     "--kokkos-help for Kokkos' flags, or --help for the options.\n",
-                     name.c_str(), KOKKOS_VERSION / 10000, KOKKOS_VERSION / 100 % 100, KOKKOS_VERSION % 100,
-                     flag.c_str(), older.c_str());
-      }
-      return 2;
+      // The thread count's flag was renamed in Kokkos 3.7; the docs show the new name.
+      const std::string older =
+          flag.rfind("--kokkos-num-threads", 0) == 0 ? " (Kokkos before 3.7 names it --kokkos-threads)" : "";
+      stop = 2;
+      error = "Kokkos " + std::to_string(KOKKOS_VERSION / 10000) + "." + std::to_string(KOKKOS_VERSION / 100 % 100) +
+              "." + std::to_string(KOKKOS_VERSION % 100) + ", which this build uses, does not know the flag '" + flag +
+              "'" + older + ".\nRun with --kokkos-help for Kokkos' flags, or --help for the options.";
     }
-    handle_stop_signals(name, session.rank() == 0, outputs);
+    if (stop < 0) handle_stop_signals(name, session.rank() == 0, outputs);
     ConfigSource config;
-    try {
-      // Flags given twice (a config file's, then the command line's) keep the last value.
-      std::vector<std::string> args = expand_config(static_cast<int>(app_argv.size()), app_argv.data(), app, config);
-      std::reverse(args.begin() + 1, args.end());  // CLI11 takes the remaining args reversed
-      args.erase(args.begin());
-      validate_kept_values_only(app);  // only the value kept is judged
-      app.parse(args);
-    } catch (const CLI::ParseError& e) {
-      if (e.get_exit_code() == 0) return session.rank() == 0 ? app.exit(e) : 0;  // --help
-      // --help with a bad value beside it ("--model.layers 0 --help"): the help, which is what
-      // was asked for (CLI11 checks the value first).
-      const bool help_asked = std::any_of(app_argv.begin() + 1, app_argv.end(), [](const char* a) {
-        return std::string(a) == "--help" || std::string(a) == "-h";
-      });
-      if (help_asked) return session.rank() == 0 ? app.exit(CLI::CallForHelp()) : 0;
-      detail::quiet_stop_signals();
-      if (session.rank() == 0)
-        std::fprintf(stderr, "%s: error: %s%s\nRun with --help for the options.\n", name.c_str(),
-                     explain(e, app).c_str(), config.blame(e.what()).c_str());
-      return 2;  // a usage error, as a config file's (CLI11's own codes differ by kind: 105, 109, ...)
-    } catch (const ConfigError& e) {
-      detail::quiet_stop_signals();
-      if (session.rank() == 0) std::fprintf(stderr, "%s: error: %s\n", name.c_str(), e.message().c_str());
-      return 2;
+    if (stop < 0) {
+      try {
+        // Flags given twice (a config file's, then the command line's) keep the last value.
+        std::vector<std::string> args = expand_config(static_cast<int>(app_argv.size()), app_argv.data(), app, config);
+        std::reverse(args.begin() + 1, args.end());  // CLI11 takes the remaining args reversed
+        args.erase(args.begin());
+        validate_kept_values_only(app);  // only the value kept is judged
+        app.parse(args);
+      } catch (const CLI::ParseError& e) {
+        // --help, or --help with a bad value beside it ("--model.layers 0 --help"): the help,
+        // which is what was asked for (CLI11 checks the value first).
+        const bool help_asked =
+            e.get_exit_code() == 0 || std::any_of(app_argv.begin() + 1, app_argv.end(), [](const char* a) {
+              return std::string(a) == "--help" || std::string(a) == "-h";
+            });
+        if (help_asked) {
+          if (session.rank() == 0) e.get_exit_code() == 0 ? app.exit(e) : app.exit(CLI::CallForHelp());
+          stop = 0;
+        } else {
+          detail::quiet_stop_signals();
+          stop = 2;
+          error = explain(e, app) + config.blame(e.what()) + "\nRun with --help for the options.";
+        }
+      } catch (const ConfigError& e) {
+        detail::quiet_stop_signals();
+        stop = 2;
+        error = e.message();
+      }
     }
+    if (const int status = detail::settle_flags(session, name, stop, error); status >= 0) return status;
     // What the app printed goes out before the ranks part: where a pipe holds stdout, the
     // launcher that takes the job down once another rank has exited would lose it.
     try {
@@ -274,6 +320,23 @@ inline int run_app(int argc, char** argv, CLI::App& app, Outputs outputs, const 
       return 1;
     }
   } catch (const std::exception& e) {
+    if (!started && kokkos_argc > 1) {
+      // Kokkos refused a value of its own flags ("--kokkos-num-threads=abc" throws stoi's
+      // invalid_argument); every rank was given the same flags, so the first says it.
+      if (first_rank) {
+        // Kokkos' own text may end in a line about tracebacks, which says nothing here.
+        std::string why = e.what();
+        why = why.substr(0, why.find("\nTraceback"));
+        while (!why.empty() && std::isspace(static_cast<unsigned char>(why.back()))) why.pop_back();
+        std::string flags;
+        for (int i = 1; i < kokkos_argc; ++i) flags += std::string(flags.empty() ? "" : " ") + kokkos_argv[i];
+        std::fprintf(stderr,
+                     "%s: error: Kokkos did not start with the flags %s (%s); give each a value Kokkos takes: "
+                     "--kokkos-help lists them\n",
+                     name.c_str(), flags.c_str(), why.c_str());
+      }
+      return 2;
+    }
     std::fprintf(stderr, "%s: error: %s\n", name.c_str(), e.what());
     return 1;
   }

@@ -110,6 +110,8 @@ inline std::vector<std::string> expand_config(int argc, char** argv, const CLI::
     if (!path.empty())
       throw ConfigError("--config is given twice ('" + path + "', then '" + given +
                         "'); give one config file, and the settings that differ as flags after it");
+    // An empty name (an unset $CFG) is no file: running on the defaults would hide it.
+    if (given.empty()) throw ConfigError("--config '' names no file; give the TOML file's path, or leave --config out");
     path = given;
   }
   if (path.empty()) return args;

@@ -29,17 +29,17 @@ struct TrainFlags {
     constexpr long long kMany = 1ll << 30;
     app.add_option("--model.layers", c.layers, "number of Linear layers")
         ->capture_default_str()
-        ->check(whole(1, kMany));
-    app.add_option("--model.dim", c.dim, "width of every layer")->capture_default_str()->check(whole(1, kMany));
+        ->transform(whole(1, kMany));
+    app.add_option("--model.dim", c.dim, "width of every layer")->capture_default_str()->transform(whole(1, kMany));
     app.add_option("--train.batch", c.global_batch, "global batch: samples per step over all ranks and micro-steps")
         ->capture_default_str()
-        ->check(whole(1, kMany));
+        ->transform(whole(1, kMany));
     app.add_option("--train.accum", c.accum, "gradient accumulation micro-steps per step")
         ->capture_default_str()
-        ->check(whole(1, kMany));
+        ->transform(whole(1, kMany));
     app.add_option("--train.seed", c.seed, "seed of initial values and data order")
         ->capture_default_str()
-        ->check(whole(0, std::numeric_limits<long long>::max()));
+        ->transform(whole(0, std::numeric_limits<long long>::max()));
     // Names of things (optimizer, schedule, backend, dtype) are taken in any case.
     app.add_option("--optim.name", c.optimizer, "optimizer")
         ->capture_default_str()
@@ -54,37 +54,37 @@ struct TrainFlags {
     app.add_option("--data.source", c.data, "synthetic, or an HDF5 file: see docs/training.md")->capture_default_str();
     app.add_option("--data.samples", c.synthetic_samples, "samples in the synthetic task")
         ->capture_default_str()
-        ->check(whole(1, kMany));
+        ->transform(whole(1, kMany));
     // A random teacher much deeper than this gives near-constant targets (and its data takes
     // minutes to make), so the depth is bounded.
     app.add_option("--data.teacher_layers", c.teacher_layers,
                    "depth of the synthetic task's teacher; 0: as deep as the model")
         ->capture_default_str()
-        ->check(whole(0, 1024));
+        ->transform(whole(0, 1024));
     app.add_option("--parallel.zero", c.zero_stage,
                    "0: DDP, every rank keeps the whole model; ZeRO stage 1 shards the optimizer state, 2 the "
                    "gradients too, 3 the parameters too; see docs/strategies.md")
         ->capture_default_str()
-        ->check(whole(0, 3));
+        ->transform(whole(0, 3));
     app.add_option("--parallel.tp", c.tp,
                    "tensor-parallel group size: consecutive ranks split every layer pair column-row; it "
                    "must divide the ranks and --model.dim, and data parallelism runs over the rest")
         ->capture_default_str()
-        ->check(whole(1, kMany));
+        ->transform(whole(1, kMany));
     app.add_option("--parallel.pp", c.pp,
                    "pipeline stages: the layers are cut into this many contiguous stages over the ranks")
         ->capture_default_str()
-        ->check(whole(1, kMany));
+        ->transform(whole(1, kMany));
     app.add_option("--parallel.microbatches", c.microbatches,
                    "pipeline micro-batches each micro-step's batch is cut into; must divide it")
         ->capture_default_str()
-        ->check(whole(1, kMany));
+        ->transform(whole(1, kMany));
     app.add_option("--parallel.schedule", c.schedule, "pipeline schedule: 1f1b or gpipe")
         ->capture_default_str()
         ->transform(one_of({"1f1b", "gpipe"}, "a pipeline schedule Tessera has"));
     app.add_option("--zero.prefetch", c.zero.prefetch, "ZeRO stage 3: layers gathered ahead of the one computing")
         ->capture_default_str()
-        ->check(whole(0, kMany));
+        ->transform(whole(0, kMany));
     app.add_option("--zero.bucket_mb", c.zero.bucket_mb, "ZeRO stages 1 and 2: gradient bucket size in MiB")
         ->capture_default_str()
         ->check(positive(1 << 20));

@@ -24,7 +24,9 @@ inline std::string range_words(long long lo, long long hi) {
   return lo > 1 ? "at least " + std::to_string(lo) : std::string();
 }
 
-/// A whole number from lo to hi.
+/// A whole number from lo to hi, in decimal; attach it with ->transform(), not ->check(). It
+/// gives the number on to CLI11 as plain decimal digits: CLI11 reads "010" as octal (8) and
+/// "09" as no number, where a user means 10 and 9.
 inline CLI::Validator whole(long long lo, long long hi) {
   return CLI::Validator(
       [lo, hi](std::string& text) -> std::string {
@@ -35,6 +37,7 @@ inline CLI::Validator whole(long long lo, long long hi) {
         if (text.empty() || end == text.c_str() || *end != '\0')
           return "'" + text + "' is not a whole number; give " + range;
         if (errno == ERANGE || v < lo || v > hi) return "must be " + range + ", not " + text;
+        text = std::to_string(v);
         return {};
       },
       range_words(lo, hi));

@@ -55,7 +55,7 @@ int main(int argc, char** argv) {
       ->option_text("FILE");
   app.add_option("--train.steps", c.steps, "optimizer steps")
       ->capture_default_str()
-      ->check(tessera::apps::whole(0, 1ll << 50));
+      ->transform(tessera::apps::whole(0, 1ll << 50));
   flags.add_to(app);
   app.add_option("--metrics", metrics_path, "write one JSON object per step to this file")
       ->option_text("FILE")
