@@ -24,6 +24,8 @@
 #include <numeric>
 #include <optional>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "../apps/common/app_main.hpp"
@@ -158,21 +160,27 @@ double get(const void* base, DType t, std::size_t i) {
   return 0;
 }
 
-void make_buffers(Buffers& b, const Case& c, int p, MemoryKind where) {
+/// Sizes c (count, per_rank, bytes) for a row of `bytes`: whole elements, per rank for the
+/// ops that spread the buffer over the ranks; one element (per rank) at least.
+void size_case(Case& c, std::size_t bytes, int p) {
+  const std::size_t esz = dtype_size(c.dtype), ranks = static_cast<std::size_t>(p);
+  const bool spread = c.op == "all_gather" || c.op == "reduce_scatter" || c.op == "all_to_all";
+  c.count = spread ? std::max<std::size_t>(bytes / esz / ranks, 1) * ranks : std::max<std::size_t>(bytes / esz, 1);
+  c.per_rank = spread ? c.count / ranks : c.count;
+  c.bytes = c.count * esz;
+}
+
+/// The elements of a case's input and output on each rank.
+std::pair<std::size_t, std::size_t> send_recv_counts(const Case& c, int p) {
   const std::size_t n = c.per_rank, all = n * static_cast<std::size_t>(p);
-  if (c.op == "all_gather") {
-    b.send_count = n;
-    b.recv_count = all;
-  } else if (c.op == "reduce_scatter") {
-    b.send_count = all;
-    b.recv_count = n;
-  } else if (c.op == "all_to_all") {
-    b.send_count = all;
-    b.recv_count = all;
-  } else {
-    b.send_count = n;
-    b.recv_count = n;
-  }
+  if (c.op == "all_gather") return {n, all};
+  if (c.op == "reduce_scatter") return {all, n};
+  if (c.op == "all_to_all") return {all, all};
+  return {n, n};
+}
+
+void make_buffers(Buffers& b, const Case& c, int p, MemoryKind where) {
+  std::tie(b.send_count, b.recv_count) = send_recv_counts(c, p);
   b.where = where;
   b.esz = dtype_size(c.dtype);
   b.host_send.assign(b.send_count * b.esz, 0);
@@ -180,6 +188,45 @@ void make_buffers(Buffers& b, const Case& c, int p, MemoryKind where) {
   b.send = perf::allocate(b.send_count * b.esz, where);
   b.recv = perf::allocate(b.recv_count * b.esz, where);
   b.upload();
+}
+
+std::string gigabytes(double bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f GB", bytes / 1e9);
+  return text;
+}
+
+/// Refuses, before any buffer is allocated, a largest size (-e) whose buffers would not fit:
+/// each row allocates the op's input and output in the backend's memory (GPU memory for
+/// NCCL) and their images in host memory, and a rank that asked for more than the node has
+/// was ended by the kernel's out-of-memory killer, perhaps with other work on the node.
+void check_memory(const std::vector<std::string>& ops, DType dtype, std::size_t hi, const std::string& max_text,
+                  Session& session, const std::vector<comm::Backend>& backends) {
+  double largest = 0;  // bytes of the largest row's input and output, over the ops
+  std::string largest_op;
+  for (const auto& op : ops) {
+    Case c{op, dtype, ReduceOp::Sum, 0, 0, 0, 0};
+    size_case(c, hi, session.size());
+    const auto [send, recv] = send_recv_counts(c, session.size());
+    const double bytes = static_cast<double>(send + recv) * static_cast<double>(dtype_size(dtype));
+    if (bytes > largest) largest = bytes, largest_op = op;
+  }
+  bool host_buffers = false, device_buffers = false;
+  for (const auto backend : backends) {
+    const bool nccl = backend == comm::Backend::Nccl || (backend == comm::Backend::Auto && perf::nccl_usable());
+    (nccl ? device_buffers : host_buffers) = true;
+  }
+  const auto refuse = [&](double need, const MemoryBudget& have, const char* where) {
+    if (have.bytes <= 0 || need <= have.bytes) return;
+    throw ConfigError("-e " + max_text + " needs about " + gigabytes(need) + " of " + where +
+                      " memory per rank at its largest size (" + largest_op + "'s input and output" +
+                      (std::string(where) == "host" ? ", and their host images, to fill and check them" : "") +
+                      "), and this rank may take " + gigabytes(have.bytes) + " (" + have.source +
+                      "); give a smaller -e");
+  };
+  refuse(largest * (host_buffers ? 2 : 1), host_memory_budget(), "host");
+  if (device_buffers && memory_kind_of_space<DeviceMemorySpace>() == MemoryKind::Device)
+    refuse(largest, memory_budget(), "GPU");
 }
 
 /// Whether the collective combines values with a reduction op (the others move them only).
@@ -610,6 +657,7 @@ int main(int argc, char** argv) {
     };
     for (const auto backend : backends)
       if (backend != comm::Backend::Auto) require_raw(backend);
+    check_memory(ops, dtype, hi, max_bytes, session, backends);
     MPI_Comm sync;
     MPI_Comm_dup(MPI_COMM_WORLD, &sync);
     const int p = session.size();
@@ -666,11 +714,7 @@ int main(int argc, char** argv) {
           Case c{op, dtype, redop, root, 0, 0, 0};
           const std::size_t esz = dtype_size(dtype);
           const bool spread = op == "all_gather" || op == "reduce_scatter" || op == "all_to_all";
-          c.count = std::max<std::size_t>(bytes / esz / static_cast<std::size_t>(p), 1) *
-                    (spread ? static_cast<std::size_t>(p) : 1);
-          if (!spread) c.count = std::max<std::size_t>(bytes / esz, 1);
-          c.per_rank = spread ? c.count / static_cast<std::size_t>(p) : c.count;
-          c.bytes = c.count * esz;
+          size_case(c, bytes, p);
           // A size that is not whole elements (per rank, for the ops that spread the buffer
           // over the ranks) runs as the nearest below, or as one element per rank.
           if (leader && c.bytes != bytes && !rounded_noted) {

@@ -55,6 +55,12 @@ MemoryBudget memory_budget() {
         gb(free) + " free on its GPU, shared by " + std::to_string(sharing) + (sharing == 1 ? " rank" : " ranks");
     return budget;
   }
+  return host_memory_budget();
+}
+
+MemoryBudget host_memory_budget() {
+  const int ranks = std::max(1, Session::current().local_size());
+  MemoryBudget budget;
   double node = mem_available();
   std::string source = "available on this node";
   // A cgroup limit (v2, then v1) leaves its limit less its use.

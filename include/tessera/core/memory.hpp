@@ -52,5 +52,8 @@ struct MemoryBudget {
 };
 /// Needs a live Session (for the ranks on the node).
 MemoryBudget memory_budget();
+/// The same for host memory, in any build: the node's available memory shared by the job's
+/// ranks on the node.
+MemoryBudget host_memory_budget();
 
 }  // namespace tessera
