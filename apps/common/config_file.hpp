@@ -45,14 +45,70 @@ inline std::string trim(const std::string& s) {
   return s.substr(b, s.find_last_not_of(" \t\r") - b + 1);
 }
 
+/// A line without its comment: from a '#' outside quotes (a TOML string may hold one).
+inline std::string before_comment(const std::string& line) {
+  char quote = 0;
+  for (std::size_t i = 0; i < line.size(); ++i) {
+    const char ch = line[i];
+    if (quote != 0) {
+      if (ch == '\\' && quote == '"')
+        ++i;  // an escaped character, a quote among them
+      else if (ch == quote)
+        quote = 0;
+    } else if (ch == '"' || ch == '\'') {
+      quote = ch;
+    } else if (ch == '#') {
+      return line.substr(0, i);
+    }
+  }
+  return line;
+}
+
+/// A setting's value as TOML reads it: a string's text between its quotes, with a basic
+/// string's escapes read (CLI11 keeps the backslashes, and cuts a value at any '#'), or a
+/// bare value (a number, true or false) as written. `where` names the file, line and key.
+inline std::string toml_value(const std::string& value, const std::string& where) {
+  const char quote = value.front();
+  if (quote != '"' && quote != '\'') return value;
+  if (value.rfind(std::string(3, quote), 0) == 0)
+    throw ConfigError(where + " is a multi-line string; give the value on one line, between single quotes");
+  std::string text;
+  std::size_t i = 1;
+  for (; i < value.size() && value[i] != quote; ++i) {
+    if (quote == '"' && value[i] == '\\' && i + 1 < value.size()) {
+      const char e = value[++i];
+      const std::string known = "\"\\bfnrt";
+      const std::string means = "\"\\\b\f\n\r\t";
+      const auto k = known.find(e);
+      if (k == std::string::npos)
+        throw ConfigError(where + " holds the escape '\\" + std::string(1, e) +
+                          "', which this reader does not take; write the character itself, or put the value between "
+                          "single quotes, where a backslash is a backslash");
+      text += means[k];
+    } else {
+      text += value[i];
+    }
+  }
+  if (i >= value.size()) throw ConfigError(where + " has no closing " + std::string(1, quote) + " to its string");
+  if (!trim(value.substr(i + 1)).empty())
+    throw ConfigError(where + " has '" + trim(value.substr(i + 1)) + "' after its string's closing quote");
+  return text;
+}
+
+/// A setting of a config file: its line, and its value as TOML reads it.
+struct Setting {
+  int line = 0;
+  std::string value;
+};
+
 /// Checks the lines of a config file for what CLI11's lenient reader lets through; returns
-/// the line of each setting ("model.layers").
-inline std::map<std::string, int> check_lines(const std::string& path, std::istream& in) {
-  std::map<std::string, int> seen, sections;
+/// each setting ("model.layers") with its line and value.
+inline std::map<std::string, Setting> check_lines(const std::string& path, std::istream& in) {
+  std::map<std::string, Setting> seen;
+  std::map<std::string, int> sections;
   std::string section, line;
   for (int number = 1; std::getline(in, line); ++number) {
-    const auto hash = line.find('#');
-    const std::string text = trim(hash == std::string::npos ? line : line.substr(0, hash));
+    const std::string text = trim(before_comment(line));
     if (text.empty()) continue;
     const std::string where = "config file '" + path + "', line " + std::to_string(number) + ": ";
     if (text.front() == '[') {
@@ -85,8 +141,8 @@ inline std::map<std::string, int> check_lines(const std::string& path, std::istr
     if (value.front() == '[' || value.front() == '{')
       throw ConfigError(where + "'" + key + "' is given a list or a table; give one value");
     if (const auto it = seen.find(key); it != seen.end())
-      throw ConfigError(where + "'" + key + "' is set twice (first on line " + std::to_string(it->second) + ")");
-    seen[key] = number;
+      throw ConfigError(where + "'" + key + "' is set twice (first on line " + std::to_string(it->second.line) + ")");
+    seen[key] = Setting{number, toml_value(value, where + "'" + key + "'")};
   }
   return seen;
 }
@@ -142,9 +198,10 @@ inline std::vector<std::string> expand_config(int argc, char** argv, const CLI::
   std::vector<std::string> settings;
   for (const auto& item : items) {
     if (item.name == "++" || item.name == "--") continue;  // section markers
+    // TOML allows spaces inside a header's brackets ("[ model ]"), which CLI11 keeps.
     std::string key;
-    for (const auto& p : item.parents) key += p + ".";
-    key += item.name;
+    for (const auto& p : item.parents) key += detail::trim(p) + ".";
+    key += detail::trim(item.name);
     const CLI::Option* option = nullptr;
     for (const CLI::Option* opt : app.get_options())
       for (const auto& name : opt->get_lnames())
@@ -152,7 +209,8 @@ inline std::vector<std::string> expand_config(int argc, char** argv, const CLI::
     const auto line = lines.find(key);
     if (option == nullptr || key == "config") {
       const std::string where = "config file '" + path + "'" +
-                                (line != lines.end() ? ", line " + std::to_string(line->second) : std::string()) + ": ";
+                                (line != lines.end() ? ", line " + std::to_string(line->second.line) : std::string()) +
+                                ": ";
       // tessera-bench-train takes tessera-train's files; the reverse, a file with the
       // benchmark's [bench] section, is not a typo of a training setting.
       bool has_bench = false;  // tessera-bench-train's own: a typo there is a typo
@@ -173,15 +231,18 @@ inline std::vector<std::string> expand_config(int argc, char** argv, const CLI::
     const bool on_command_line = std::any_of(args.begin() + 1, args.end(), [&](const std::string& a) {
       return a.size() > 1 && a[0] == '-' && option->check_name(a.substr(0, a.find('=')));
     });
-    if (!on_command_line) source.options.emplace_back("--" + key, line != lines.end() ? line->second : 0);
+    if (!on_command_line) source.options.emplace_back("--" + key, line != lines.end() ? line->second.line : 0);
+    // The value as TOML reads it (check_lines), where CLI11's reader differs.
+    std::vector<std::string> inputs = item.inputs;
+    if (line != lines.end() && inputs.size() == 1) inputs.front() = line->second.value;
     // A flag takes its value after '=' ("quiet = true" is --quiet=true): given apart, the
     // value would be read as a stray argument.
-    if (option->get_items_expected_max() == 0 && item.inputs.size() == 1) {
-      settings.push_back("--" + key + "=" + item.inputs.front());
+    if (option->get_items_expected_max() == 0 && inputs.size() == 1) {
+      settings.push_back("--" + key + "=" + inputs.front());
       continue;
     }
     settings.push_back("--" + key);
-    for (const auto& value : item.inputs) settings.push_back(value);
+    for (const auto& value : inputs) settings.push_back(value);
   }
   args.insert(args.begin() + 1, settings.begin(), settings.end());
   return args;

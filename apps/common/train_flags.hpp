@@ -50,7 +50,9 @@ struct TrainFlags {
         ->check(fraction());
     app.add_option("--train.overlap_optimizer", c.overlap_optimizer,
                    "update each gradient bucket as soon as it is reduced; false: all at the end")
-        ->default_str(c.overlap_optimizer ? "true" : "false");
+        ->default_str(c.overlap_optimizer ? "true" : "false")
+        // CLI11 alone takes any number (2, -1) and "enable" as a truth value.
+        ->transform(one_of({"true", "false"}, "", {"on", "off", "yes", "no", "1", "0"}, " (nor on/off, yes/no, 1/0)"));
     app.add_option("--data.source", c.data, "synthetic, or an HDF5 file: see docs/training.md")->capture_default_str();
     app.add_option("--data.samples", c.synthetic_samples, "samples in the synthetic task")
         ->capture_default_str()
