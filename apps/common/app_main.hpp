@@ -220,6 +220,23 @@ inline int run_app(int argc, char** argv, CLI::App& app, Outputs outputs, const 
                      name.c_str(), argv[i + 1], arg.c_str(), arg.c_str(), argv[i + 1]);
       return 2;
     }
+    // Kokkos' whole-number flags: Kokkos 4 aborts the process on a value it cannot read (a
+    // core dump and a backtrace on every rank), Kokkos 3 throws "stoi".
+    if (kokkos && arg.find('=') != std::string::npos) {
+      const std::string key = arg.substr(0, arg.find('=')), value = arg.substr(arg.find('=') + 1);
+      const bool whole = !value.empty() &&
+                         value.find_first_not_of("0123456789", value[0] == '-' ? 1 : 0) == std::string::npos &&
+                         value != "-";
+      if (!whole && (key == "--kokkos-num-threads" || key == "--kokkos-threads" || key == "--kokkos-device-id" ||
+                     key == "--kokkos-device" || key == "--kokkos-num-devices" || key == "--kokkos-numa")) {
+        if (first_rank)
+          std::fprintf(stderr,
+                       "%s: error: %s: Kokkos takes a whole number after '=' (%s=2)\nRun with --kokkos-help for "
+                       "Kokkos' flags.\n",
+                       name.c_str(), arg.c_str(), key.c_str());
+        return 2;
+      }
+    }
     (kokkos ? kokkos_argv : app_argv).push_back(argv[i]);
   }
   if (version) {  // printed once, starting neither MPI nor Kokkos, whatever else was given
@@ -241,13 +258,13 @@ inline int run_app(int argc, char** argv, CLI::App& app, Outputs outputs, const 
   bool started = false;  // the Session (MPI and Kokkos) has started
   try {
     Session session(kokkos_argc, kokkos_args);
-    // Kokkos takes out of its arguments the flags it knows; one left is a typo it would ignore
-    // ("--kokkos-num-thread=2" ran on the default threads without a word).
     started = true;
     // This rank's flags: -1 to go on, 0 for --help, 2 for a usage error (a config file's too;
     // CLI11's own codes differ by kind: 105, 109, ...), with the error's text.
     int stop = -1;
     std::string error;
+    // Kokkos takes out of its arguments the flags it knows; one left is a typo it would ignore
+    // ("--kokkos-num-thread=2" ran on the default threads without a word).
     for (int i = 1; i < kokkos_argc && stop < 0; ++i) {
       const std::string flag = kokkos_args[i];
       if (flag.rfind("--kokkos-", 0) != 0) continue;
@@ -321,8 +338,8 @@ inline int run_app(int argc, char** argv, CLI::App& app, Outputs outputs, const 
     }
   } catch (const std::exception& e) {
     if (!started && kokkos_argc > 1) {
-      // Kokkos refused a value of its own flags ("--kokkos-num-threads=abc" throws stoi's
-      // invalid_argument); every rank was given the same flags, so the first says it.
+      // Kokkos refused a value of its own flags (Kokkos 3: "--kokkos-threads=-3"); every rank
+      // was given the same flags, so the first says it.
       if (first_rank) {
         // Kokkos' own text may end in a line about tracebacks, which says nothing here.
         std::string why = e.what();
