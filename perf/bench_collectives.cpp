@@ -216,17 +216,18 @@ void check_memory(const std::vector<std::string>& ops, DType dtype, std::size_t 
     const bool nccl = backend == comm::Backend::Nccl || (backend == comm::Backend::Auto && perf::nccl_usable());
     (nccl ? device_buffers : host_buffers) = true;
   }
-  const auto refuse = [&](double need, const MemoryBudget& have, const char* where) {
+  // `what`: the memory and what it holds.
+  const auto refuse = [&](double need, const MemoryBudget& have, const std::string& what) {
     if (have.bytes <= 0 || need <= have.bytes) return;
-    throw ConfigError("-e " + max_text + " needs about " + gigabytes(need) + " of " + where +
-                      " memory per rank at its largest size (" + largest_op + "'s input and output" +
-                      (std::string(where) == "host" ? ", and their host images, to fill and check them" : "") +
+    throw ConfigError("-e " + max_text + " needs about " + gigabytes(need) + " of " + what +
                       "), and this rank may take " + gigabytes(have.bytes) + " (" + have.source +
                       "); give a smaller -e");
   };
-  refuse(largest * (host_buffers ? 2 : 1), host_memory_budget(), "host");
+  const std::string held = " per rank at its largest size (" + largest_op + "'s input and output";
+  refuse(largest * (host_buffers ? 2 : 1), host_memory_budget(),
+         "host memory" + held + ", and their host images, to fill and check them");
   if (device_buffers && memory_kind_of_space<DeviceMemorySpace>() == MemoryKind::Device)
-    refuse(largest, memory_budget(), "GPU");
+    refuse(largest, memory_budget(), "GPU memory" + held);
 }
 
 /// Whether the collective combines values with a reduction op (the others move them only).
