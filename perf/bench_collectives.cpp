@@ -558,8 +558,9 @@ int main(int argc, char** argv) {
   app.add_option("-T,--timeout", timeout_s,
                  "seconds any one of Tessera's calls may take before every rank stops with a diagnosis (default: "
                  "TESSERA_COMM_TIMEOUT, else 600; 0: no limit); the raw library calls have no limit")
-      ->check(apps::real([](double v) { return v >= 0 && v <= 1e7; }, "0 or more and at most 10000000",
-                         "0 or more, at most 10000000"));
+      // Kept to the millisecond: 0.0001 was kept as 1 ms without a word.
+      ->check(apps::real([](double v) { return v == 0 || (v >= 0.001 && v <= 1e7); },
+                         "0, or from 0.001 (a millisecond, the finest limit) to 10000000", "0, or 0.001 to 10000000"));
   app.add_option("--min-busbw", min_busbw, "exit non-zero if any Tessera row's busbw (GB/s) is below this")
       ->check(apps::positive(1e9));
   app.add_option("--min-ratio", min_ratio,
@@ -605,14 +606,16 @@ int main(int argc, char** argv) {
 
   return tessera::apps::run_app(argc, argv, app, tessera::apps::Outputs::AtEnd, [&](tessera::Session& session) {
     // The results file is checked before any work.
-    // Messages name the results file's flag as typed: --json, or nccl-tests' -J/--output_file.
-    std::string json_flag = "--json";
+    // Messages name the results file's flag as typed (--json, or nccl-tests' -J/--output_file), and
+    // the timeout's (-T or --timeout).
+    std::string json_flag = "--json", timeout_flag = "-T";
     for (int a = 1; a < argc; ++a) {
       const std::string arg = argv[a];
       if (arg == "--") break;
       for (const char* name : {"--json", "--output_file"})
         if (arg == name || arg.rfind(std::string(name) + "=", 0) == 0) json_flag = name;
       if (arg.rfind("-J", 0) == 0) json_flag = "-J";
+      if (arg == "--timeout" || arg.rfind("--timeout=", 0) == 0) timeout_flag = "--timeout";
     }
     if (!json_path.empty()) apps::check_on_rank0(session, [&] { return apps::cannot_write(json_flag, json_path); });
     if (session.rank() == 0)
@@ -666,9 +669,13 @@ int main(int argc, char** argv) {
 
     nlohmann::json out;
     out["machine"] = apps::machine_json(session);
-    // -T: how long any one call may take (TESSERA_COMM_TIMEOUT's, or 10 minutes, without it).
+    // -T: how long any one call may take (TESSERA_COMM_TIMEOUT's, or 10 minutes, without it);
+    // a timeout's message then names -T, which wins over the variable.
     comm::CommOptions comm_options = comm::CommOptions::from_env();
-    if (timeout_s) comm_options.timeout = comm::CommOptions::timeout_from_seconds(*timeout_s);  // as the variable
+    if (timeout_s) {
+      comm_options.timeout = comm::CommOptions::timeout_from_seconds(*timeout_s, timeout_flag);
+      comm_options.timeout_setting = timeout_flag;
+    }
     out["settings"] = {{"iters", iters},
                        {"warmup_iters", warmup},
                        {"rounds", rounds},

@@ -316,6 +316,7 @@ class CommState {
     // rendezvous), so a communicator named "" is named for the messages.
     if (options.name.empty()) options.name = "(unnamed)";
     progress.name = options.name;
+    tessera::detail::note_comm_timeout(options.timeout);  // the end of the job waits as long
     Watchdog::instance().add(id, &progress);
     device = tessera::detail::current_device();
   }
@@ -507,7 +508,8 @@ class CommState {
         "the transfer, or sends more slowly than the timeout allows. The " +
         backend_name(backend->kind()) +
         " library cannot cancel a receive it has begun, and would write into the receive's buffer whenever the "
-        "sender went on, so this process ends now. TESSERA_COMM_TIMEOUT sets the limit in seconds.";
+        "sender went on, so this process ends now. " +
+        options.timeout_setting + " sets the limit in seconds.";
     end_process(message);
   }
 
@@ -1000,7 +1002,7 @@ class CommState {
                (split ? std::string("MPI_Comm_split")
                       : std::string("its call, which would write into the op's buffers whenever ") +
                             (before.empty() && after.empty() ? "that rank resumed" : "it went on")) +
-               ", so this process ends now. TESSERA_COMM_TIMEOUT sets the limit in seconds.";
+               ", so this process ends now. " + options.timeout_setting + " sets the limit in seconds.";
     end_process(message);
   }
 
@@ -1048,8 +1050,8 @@ class CommState {
         (report.missing.empty() ? rank_list(world_ranks, {op.peer}) + " is alive"
                                 : rank_list(world_ranks, {report.missing[0].first}, report.missing[0].second)) +
         "." + (peers.empty() ? std::string() : size_mismatch(op, peers.front())) + " The " + library +
-        " library cannot interrupt its call, so this process ends now. TESSERA_COMM_TIMEOUT sets the limit in "
-        "seconds.";
+        " library cannot interrupt its call, so this process ends now. " + options.timeout_setting +
+        " sets the limit in seconds.";
     end_process(message);
   }
 
@@ -1150,7 +1152,7 @@ class CommState {
                  ". A rank that skipped a collective or runs a different number of them causes this; "
                  "TESSERA_COMM_CHECK=1 compares every op across ranks.";
     }
-    message += " TESSERA_COMM_TIMEOUT sets the limit in seconds.";
+    message += " " + options.timeout_setting + " sets the limit in seconds.";
     fail(message);
     throw TimeoutError(message, __FILE__, __LINE__);
   }
@@ -1167,6 +1169,7 @@ struct Creations {
   std::string what;  // "Communicator::create #2 (backend mpi)"
   std::uint64_t seq = 0;
   std::chrono::milliseconds timeout{0};
+  std::string timeout_setting;  // what the messages name as the timeout's setting
   Clock::time_point began;
   const char* call = "";  // the MPI call being watched
 };
@@ -1188,7 +1191,7 @@ Creations& creations() {
   // A copy first: were the call to return meanwhile (the query below takes up to a second),
   // the creating thread would go on to rewrite these.
   const Creations& current = creations();
-  const std::string what = current.what, call = current.call;
+  const std::string what = current.what, call = current.call, setting = current.timeout_setting;
   const std::uint64_t seq = current.seq;
   const auto timeout = current.timeout;
   const auto began = current.began;
@@ -1214,8 +1217,8 @@ Creations& creations() {
     message += ": every rank arrived at it, and one stopped or died in the middle of it.";
   }
   if (!silent.empty()) message += " No answer from rank" + silent + ".";
-  message += " The MPI library cannot interrupt " + call +
-             ", so this process ends now. TESSERA_COMM_TIMEOUT sets the limit in seconds.";
+  message += " The MPI library cannot interrupt " + call + ", so this process ends now. " + setting +
+             " sets the limit in seconds.";
   report_ending(message, session.rank());
   std::_Exit(EXIT_FAILURE);
 }
@@ -1236,6 +1239,7 @@ void rendezvous_to_create(comm::Backend requested, const CommOptions& options) {
       "Communicator::create #" + std::to_string(sig.coll_seq) + " (backend " + backend_name(requested) + ")";
   creation.seq = sig.coll_seq;
   creation.timeout = options.timeout;
+  creation.timeout_setting = options.timeout_setting;
   creation.began = Clock::now();
   creation.progress.running_seq.store(sig.coll_seq + 1);
   const std::string& what = creation.what;
@@ -1269,7 +1273,7 @@ void rendezvous_to_create(comm::Backend requested, const CommOptions& options) {
       message += " Ranks that did not arrive: " + grouped_ranks(world, report.missing) +
                  ". Ranks that arrived: " + rank_list(world, report.arrived) + ".";
     }
-    message += " TESSERA_COMM_TIMEOUT sets the limit in seconds.";
+    message += " " + options.timeout_setting + " sets the limit in seconds.";
     tessera::detail::note_communication_failure();
     throw TimeoutError(message, __FILE__, __LINE__);
   }
@@ -1610,6 +1614,7 @@ void Communicator::set_timeout(std::chrono::milliseconds timeout) {
     throw ConfigError("tessera::comm::set_timeout: " + std::to_string(timeout.count()) +
                       " ms is negative; give a duration > 0, or 0 to wait forever");
   state_->timeout_ms.store(timeout.count(), std::memory_order_relaxed);
+  tessera::detail::note_comm_timeout(timeout);
 }
 bool Communicator::check_enabled() const noexcept { return state_->options.check; }
 void Communicator::set_check(bool enabled) { state_->options.check = enabled; }

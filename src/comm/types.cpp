@@ -68,9 +68,17 @@ ReduceOp parse_reduce_op(const std::string& name) {
   throw ConfigError("unknown reduce op '" + name + "'; use sum, prod, min, max or avg");
 }
 
-std::chrono::milliseconds CommOptions::timeout_from_seconds(double seconds) {
-  const auto ms = static_cast<long long>(std::llround(seconds * 1000));
-  return std::chrono::milliseconds(seconds > 0 ? std::max(ms, 1LL) : 0LL);
+std::chrono::milliseconds CommOptions::timeout_from_seconds(double seconds, const std::string& given) {
+  const std::string what = given.empty() ? "a timeout of " + std::to_string(seconds) + " s" : given;
+  if (!std::isfinite(seconds) || seconds < 0)
+    throw ConfigError(what + " is not a number of seconds >= 0 (0 disables the timeout)");
+  if (seconds > 3.0e7) throw ConfigError(what + " is more than a year; use 0 to wait forever");
+  // 0.0001 s was kept as 1 ms without a word: the limit is kept to the millisecond.
+  if (seconds > 0 && seconds < 0.001)
+    throw ConfigError(what +
+                      " is less than a millisecond, finer than a timeout is kept; give at least 0.001, or "
+                      "0 to wait forever");
+  return std::chrono::milliseconds(static_cast<long long>(std::llround(seconds * 1000)));
 }
 
 std::chrono::milliseconds CommOptions::set_up_limit() const noexcept {
@@ -90,7 +98,7 @@ std::optional<std::chrono::milliseconds> seconds_from_env(const char* name, cons
   if (end == t || *end != '\0' || !std::isfinite(seconds) || seconds < 0)
     throw ConfigError(std::string(name) + "='" + t + "' is not a number of seconds >= 0 (0 " + zero + ")");
   if (seconds > 3.0e7) throw ConfigError(std::string(name) + "='" + t + "' is more than a year; " + forever);
-  return CommOptions::timeout_from_seconds(seconds);
+  return CommOptions::timeout_from_seconds(seconds, std::string(name) + "='" + t + "'");
 }
 }  // namespace
 

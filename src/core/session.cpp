@@ -67,6 +67,10 @@ namespace {
 std::atomic<Session*> g_session{nullptr};
 MPI_Comm g_control = MPI_COMM_NULL;
 std::atomic<bool> g_comm_failed{false};
+// The longest timeout of the job's communicators (note_comm_timeout): -1 while none was
+// noted, 0 once one waits forever.
+std::atomic<long long> g_comm_timeout_ms{-1};
+std::atomic<bool> g_comm_forever{false};
 std::mutex g_finalizers_mutex;
 std::vector<std::function<void()>> g_finalizers;
 
@@ -136,12 +140,17 @@ constexpr int kFinalizeTag = 7200;    // + round, on the control communicator
 constexpr int kRendezvousTag = 7300;  // + round, on the control communicator
 constexpr int kTextsTag = 7400;       // on the control communicator
 
-/// How long the end of the job waits for every rank: TESSERA_COMM_TIMEOUT (seconds; 0 waits
-/// forever; default 600), and once a communicator failed, when a rank may never come, half
-/// of it, from 1 to 10 s.
+/// How long the end of the job waits for every rank: as long as the longest timeout of the
+/// job's communicators (0 waits forever), or where it made none, TESSERA_COMM_TIMEOUT's
+/// (default 600 s); and once a communicator failed, when a rank may never come, half of it,
+/// from 1 to 10 s.
 std::chrono::milliseconds finalize_timeout() {
   std::chrono::milliseconds limit = std::chrono::minutes(10);
-  if (const char* text = std::getenv("TESSERA_COMM_TIMEOUT"); text != nullptr && *text != '\0') {
+  if (g_comm_forever.load()) {
+    limit = std::chrono::milliseconds(0);
+  } else if (const long long noted = g_comm_timeout_ms.load(); noted >= 0) {
+    limit = std::chrono::milliseconds(noted);
+  } else if (const char* text = std::getenv("TESSERA_COMM_TIMEOUT"); text != nullptr && *text != '\0') {
     char* end = nullptr;
     const double seconds = std::strtod(text, &end);
     if (end != text && *end == '\0' && seconds >= 0)
@@ -163,6 +172,15 @@ MPI_Comm control_comm() {
 }
 void note_communication_failure() noexcept { g_comm_failed.store(true); }
 bool communication_failed() noexcept { return g_comm_failed.load(); }
+void note_comm_timeout(std::chrono::milliseconds timeout) noexcept {
+  if (timeout.count() <= 0) {
+    g_comm_forever.store(true);
+    return;
+  }
+  long long longest = g_comm_timeout_ms.load();
+  while (longest < timeout.count() && !g_comm_timeout_ms.compare_exchange_weak(longest, timeout.count())) {
+  }
+}
 
 std::string mpi_error_string(int code) {
   char text[MPI_MAX_ERROR_STRING];

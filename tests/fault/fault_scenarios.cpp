@@ -41,6 +41,15 @@
 // gloo_set_up_fails:   rank 1's Gloo TCP device cannot be made (a bad environment variable
 //                      of its own), the first Gloo communicator of the job; rank 0, which set
 //                      up its part, is told so instead of waiting for rank 1's address.
+// timeout_set_in_code: a communicator whose timeout the program sets (2 s) and names as its
+//                      own flag's ("--my-timeout"); rank 1 stops. Rank 0's TimeoutError must
+//                      name that flag, not TESSERA_COMM_TIMEOUT (which -T overrode in
+//                      tessera-bench-collectives, and the message still named).
+// slow_to_finish:      a communicator given a timeout of 8 s in code, where
+//                      TESSERA_COMM_TIMEOUT is 2; rank 1 reaches the end of the job 4 s after
+//                      rank 0. The end of the job must wait as long as that communicator
+//                      would (it waited TESSERA_COMM_TIMEOUT's 2 s and left without
+//                      MPI_Finalize, and the launcher killed rank 1).
 #include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -288,6 +297,33 @@ int gloo_set_up_fails(int rank) {
 }
 }  // namespace
 
+int timeout_set_in_code(comm::Communicator& c) {
+  comm::CommOptions options = comm::CommOptions::from_env();
+  options.timeout = std::chrono::seconds(2);
+  options.timeout_setting = "--my-timeout";
+  options.name = "own";
+  auto own = comm::Communicator::create(test::backend_under_test(), options);
+  if (c.rank() == 1) raise(SIGSTOP);  // never continued
+  std::vector<double> x(64, 1.0);
+  try {
+    own->all_reduce({x.data(), x.size()});
+  } catch (const TimeoutError& e) {
+    say(c.rank(), std::string("caught TimeoutError: ") + e.message());
+  }
+  return 0;
+}
+
+int slow_to_finish(comm::Communicator& c) {
+  comm::CommOptions options = comm::CommOptions::from_env();
+  options.timeout = std::chrono::seconds(8);
+  options.name = "patient";
+  auto own = comm::Communicator::create(test::backend_under_test(), options);
+  own->barrier();
+  if (c.rank() == 1) std::this_thread::sleep_for(std::chrono::seconds(4));
+  say(c.rank(), "reached the end of the job");
+  return 0;
+}
+
 int main(int argc, char** argv) {
   Session session(argc, argv);
   const std::string scenario = argc > 1 ? argv[1] : "";
@@ -321,6 +357,8 @@ int main(int argc, char** argv) {
   if (scenario == "set_up_never_ends") return set_up_never_ends(c->rank());
   if (scenario == "post_never_returns") return post_never_returns(*c);
   if (scenario == "set_up_fails_alone") return set_up_fails_alone(c->rank());
+  if (scenario == "timeout_set_in_code") return timeout_set_in_code(*c);
+  if (scenario == "slow_to_finish") return slow_to_finish(*c);
   if (scenario == "stop_in_split_set_up") return stop_in_set_up(c->rank(), "split", [&] { c->split(0, c->rank()); });
   std::fprintf(stderr, "unknown scenario '%s'\n", scenario.c_str());
   return 2;

@@ -2,6 +2,7 @@
 // their conversions, parsing, error messages, options from the environment.
 #include <gtest/gtest.h>
 #include <sched.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -117,8 +118,18 @@ TEST(Options, FromEnvironmentAndBadValues) {
                     "TESSERA_COMM_TIMEOUT='ten' is not a number of seconds");
   setenv("TESSERA_COMM_TIMEOUT", "-1", 1);
   EXPECT_THROW_WITH(comm::CommOptions::from_env(), ConfigError, "TESSERA_COMM_TIMEOUT='-1'");
+  // Kept to the millisecond: a finer limit is refused (0.0001 was kept as 1 ms in silence).
   setenv("TESSERA_COMM_TIMEOUT", "0.0001", 1);
-  EXPECT_EQ(comm::CommOptions::from_env().timeout.count(), 1) << "a tiny timeout must not mean none";
+  EXPECT_THROW_WITH(comm::CommOptions::from_env(), ConfigError,
+                    "TESSERA_COMM_TIMEOUT='0.0001' is less than a millisecond, finer than a timeout is kept; give "
+                    "at least 0.001, or 0 to wait forever");
+  setenv("TESSERA_COMM_TIMEOUT", "0.001", 1);
+  EXPECT_EQ(comm::CommOptions::from_env().timeout.count(), 1) << "a millisecond is the finest limit";
+  setenv("TESSERA_COMM_TIMEOUT", "0.0016", 1);
+  EXPECT_EQ(comm::CommOptions::from_env().timeout.count(), 2) << "to the nearest millisecond";
+  EXPECT_THROW_WITH(comm::CommOptions::timeout_from_seconds(0.0004, "-T 0.0004"), ConfigError,
+                    "-T 0.0004 is less than a millisecond");
+  EXPECT_EQ(comm::CommOptions::timeout_from_seconds(0).count(), 0) << "0: no limit";
   setenv("TESSERA_COMM_TIMEOUT", "1e12", 1);
   EXPECT_THROW_WITH(comm::CommOptions::from_env(), ConfigError, "is more than a year");
   setenv("TESSERA_COMM_TIMEOUT", "0", 1);
@@ -370,6 +381,34 @@ TEST(UnfinishedFile, RemovedOnlyWhileTracked) {
   EXPECT_FALSE(exists(tracked));
   std::remove(released.c_str());
   std::remove(never.c_str());
+}
+
+// The copy that replaces a user's file has its owner, group and mode before a byte is
+// written: a shared project file stays the project's, and a private one is never readable
+// by others on its way. Only root may give a file away, so elsewhere this is skipped.
+TEST(Files, ACopyTakesItsTargetsOwnerGroupAndMode) {
+  if (geteuid() != 0) GTEST_SKIP() << "giving a file to another owner needs root";
+  const std::string target = "owned_target.dat", copy = "owned_target.dat.tmp";
+  std::ofstream(target) << "the user's data";
+  // Another owner and group, and the set-group-id bit, which chown clears (with group
+  // execute set) unless the mode is given again after it.
+  ASSERT_EQ(::chown(target.c_str(), 4321, 4322), 0) << std::strerror(errno);
+  ASSERT_EQ(::chmod(target.c_str(), 02750), 0) << std::strerror(errno);
+  const int fd = open_copy(copy, target);
+  struct stat st {};
+  ASSERT_EQ(::fstat(fd, &st), 0);
+  ::close(fd);
+  EXPECT_EQ(st.st_uid, 4321u);
+  EXPECT_EQ(st.st_gid, 4322u);
+  EXPECT_EQ(st.st_mode & 07777, 02750u);
+  // A new file (no target) is this process's own, with the usual mode.
+  std::remove(target.c_str());
+  std::remove(copy.c_str());
+  const int fresh = open_copy(copy, target);
+  ASSERT_EQ(::fstat(fresh, &st), 0);
+  ::close(fresh);
+  EXPECT_EQ(st.st_uid, 0u);
+  std::remove(copy.c_str());
 }
 
 TEST(UnfinishedFile, ManyAtOnceAreTrackedUpToTheTable) {

@@ -95,14 +95,20 @@ struct CommOptions {
   bool check = false;
   /// Name shown in errors and traces; an empty one reads "(unnamed)".
   std::string name = "world";
+  /// What a timeout's message names as the setting of `timeout` ("... sets the limit in
+  /// seconds"): the environment variable by default. A program that sets `timeout` from a
+  /// flag of its own names that flag ("-T"), so that the message points at what set it.
+  std::string timeout_setting = "TESSERA_COMM_TIMEOUT";
   /// Reads TESSERA_COMM_TIMEOUT, TESSERA_COMM_SETUP_TIMEOUT and TESSERA_COMM_CHECK; throws
   /// ConfigError on bad values.
   static CommOptions from_env();
   /// The limit of a communicator's set-up (see set_up_timeout); zero: none.
   std::chrono::milliseconds set_up_limit() const noexcept;
-  /// A limit of `seconds` (>= 0) as a timeout: to the nearest millisecond, and at least 1 ms
-  /// unless 0 (which disables it), so that a tiny limit never means none.
-  static std::chrono::milliseconds timeout_from_seconds(double seconds);
+  /// A limit of `seconds` as a timeout, to the nearest millisecond; 0 disables it. Throws
+  /// ConfigError for a value below 0, above a year, or between 0 and a millisecond (finer
+  /// than a limit is kept); the message starts with `given`, the setting as the user gave it
+  /// ("TESSERA_COMM_TIMEOUT='0.0001'", "-T 0.0001"), where there is one.
+  static std::chrono::milliseconds timeout_from_seconds(double seconds, const std::string& given = "");
 };
 
 }  // namespace tessera::comm
