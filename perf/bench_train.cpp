@@ -53,7 +53,8 @@ int main(int argc, char** argv) {
   std::int64_t train_steps = 0;
   app.add_option("--train.steps", train_steps,
                  "ignored here (tessera-train's config files set it): the benchmark runs --bench.warmup + "
-                 "--bench.steps steps");
+                 "--bench.steps steps")
+      ->transform(tessera::apps::whole(0, 1ll << 50));  // still a count of steps: -5 is a mistake, as in tessera-train
   flags.add_to(app);
   // The benchmark's own default: enough samples for its steps, made quickly.
   if (auto* samples = app.get_option_no_throw("--data.samples"))

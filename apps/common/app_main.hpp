@@ -132,6 +132,62 @@ inline int settle_flags(Session& session, const std::string& name, int stop, con
   print_rank_texts(name, failed, session.size(), true);
   return worst;
 }
+
+/// Kokkos' settings whose value is a whole number, as a flag and (where Kokkos reads one) as
+/// an environment variable, with the least value Kokkos takes. Kokkos 4 aborts the process on
+/// a value it cannot take (a core dump and a backtrace on every rank), Kokkos 3 throws "stoi"
+/// or takes it, so they are checked before Kokkos starts.
+struct KokkosNumber {
+  const char* flag;
+  const char* env;  // nullptr: none
+  int least;
+  int example;  // shown in the message
+  const char* what;
+};
+inline constexpr KokkosNumber kKokkosNumbers[] = {
+    {"--kokkos-num-threads", "KOKKOS_NUM_THREADS", 1, 2, "a number of threads"},
+    {"--kokkos-threads", nullptr, 1, 2, "a number of threads"},
+    {"--kokkos-device-id", "KOKKOS_DEVICE_ID", 0, 0, "a GPU's id"},
+    {"--kokkos-device", nullptr, 0, 0, "a GPU's id"},
+    {"--kokkos-num-devices", nullptr, 0, 1, "a number of GPUs"},
+    {"--kokkos-numa", nullptr, 0, 1, "a number of NUMA regions"},
+};
+
+/// What is wrong with `value` for the Kokkos setting `s` ("a number of threads, 1 or more"),
+/// or nothing.
+inline std::string kokkos_number_error(const KokkosNumber& s, const std::string& value) {
+  const std::string wanted = std::string(s.what) + ", " + std::to_string(s.least) + " or more";
+  const bool digits = !value.empty() && value != "-" &&
+                      value.find_first_not_of("0123456789", value[0] == '-' ? 1 : 0) == std::string::npos;
+  if (!digits) return "Kokkos takes a whole number here: " + wanted;
+  if (value[0] == '-') return "Kokkos takes " + wanted;
+  const std::string number = value.substr(std::min(value.find_first_not_of('0'), value.size() - 1));
+  // Kokkos reads an int.
+  if (number.size() > 10 || std::stoll(number) > 2147483647) return "Kokkos takes " + wanted + ", at most 2147483647";
+  if (std::stoll(number) < s.least) return "Kokkos takes " + wanted;
+  return {};
+}
+
+/// Kokkos' GPU-to-rank mapping (Kokkos 4): the names it takes.
+inline std::string kokkos_map_error(const std::string& value) {
+  return value == "mpi_rank" || value == "random" ? std::string() : "Kokkos takes mpi_rank or random";
+}
+
+/// What is wrong with the Kokkos settings of the environment, or nothing: the first bad one,
+/// as "KOKKOS_NUM_THREADS=abc in the environment: ...".
+inline std::string kokkos_environment_error() {
+  for (const auto& s : kKokkosNumbers) {
+    const char* value = s.env != nullptr ? std::getenv(s.env) : nullptr;
+    if (value == nullptr) continue;
+    if (const std::string why = kokkos_number_error(s, value); !why.empty())
+      return std::string(s.env) + "=" + value + " in the environment: " + why + "; set it to one (" + s.env + "=" +
+             std::to_string(s.example) + "), or unset it";
+  }
+  if (const char* value = std::getenv("KOKKOS_MAP_DEVICE_ID_BY"))
+    if (const std::string why = kokkos_map_error(value); !why.empty())
+      return std::string("KOKKOS_MAP_DEVICE_ID_BY=") + value + " in the environment: " + why + ", or unset it";
+  return {};
+}
 }  // namespace detail
 
 /// What an app writes, for what a stop by a signal says of its files: nothing; results
@@ -220,20 +276,23 @@ inline int run_app(int argc, char** argv, CLI::App& app, Outputs outputs, const 
                      name.c_str(), argv[i + 1], arg.c_str(), arg.c_str(), argv[i + 1]);
       return 2;
     }
-    // Kokkos' whole-number flags: Kokkos 4 aborts the process on a value it cannot read (a
-    // core dump and a backtrace on every rank), Kokkos 3 throws "stoi".
+    // Kokkos' whole-number flags, and its mapping of GPUs to ranks: see kKokkosNumbers.
     if (kokkos && arg.find('=') != std::string::npos) {
       const std::string key = arg.substr(0, arg.find('=')), value = arg.substr(arg.find('=') + 1);
-      const bool whole = !value.empty() &&
-                         value.find_first_not_of("0123456789", value[0] == '-' ? 1 : 0) == std::string::npos &&
-                         value != "-";
-      if (!whole && (key == "--kokkos-num-threads" || key == "--kokkos-threads" || key == "--kokkos-device-id" ||
-                     key == "--kokkos-device" || key == "--kokkos-num-devices" || key == "--kokkos-numa")) {
+      std::string why, example;
+      for (const auto& s : detail::kKokkosNumbers)
+        if (key == s.flag) {
+          why = detail::kokkos_number_error(s, value);
+          example = key + "=" + std::to_string(s.example);
+        }
+      if (key == "--kokkos-map-device-id-by") {
+        why = detail::kokkos_map_error(value);
+        example = key + "=mpi_rank";
+      }
+      if (!why.empty()) {
         if (first_rank)
-          std::fprintf(stderr,
-                       "%s: error: %s: Kokkos takes a whole number after '=' (%s=2)\nRun with --kokkos-help for "
-                       "Kokkos' flags.\n",
-                       name.c_str(), arg.c_str(), key.c_str());
+          std::fprintf(stderr, "%s: error: %s: %s (%s)\nRun with --kokkos-help for Kokkos' flags.\n", name.c_str(),
+                       arg.c_str(), why.c_str(), example.c_str());
         return 2;
       }
     }
@@ -242,6 +301,10 @@ inline int run_app(int argc, char** argv, CLI::App& app, Outputs outputs, const 
   if (version) {  // printed once, starting neither MPI nor Kokkos, whatever else was given
     if (first_rank) std::printf("%s: %s\n", name.c_str(), describe(build_info()).c_str());
     return 0;
+  }
+  if (const std::string why = detail::kokkos_environment_error(); !why.empty()) {
+    if (first_rank) std::fprintf(stderr, "%s: error: %s\n", name.c_str(), why.c_str());
+    return 2;
   }
   int kokkos_argc = static_cast<int>(kokkos_argv.size());
   kokkos_argv.push_back(nullptr);

@@ -53,7 +53,10 @@ struct TrainFlags {
         ->default_str(c.overlap_optimizer ? "true" : "false")
         // CLI11 alone takes any number (2, -1) and "enable" as a truth value.
         ->transform(one_of({"true", "false"}, "", {"on", "off", "yes", "no", "1", "0"}, " (nor on/off, yes/no, 1/0)"));
-    app.add_option("--data.source", c.data, "synthetic, or an HDF5 file: see docs/training.md")->capture_default_str();
+    // An empty name (a script's unset $DATA) is a usage error, as --metrics '' is.
+    app.add_option("--data.source", c.data, "synthetic, or an HDF5 file: see docs/training.md")
+        ->capture_default_str()
+        ->check(file_name("give synthetic, or an HDF5 file"));
     app.add_option("--data.samples", c.synthetic_samples, "samples in the synthetic task")
         ->capture_default_str()
         ->transform(whole(1, kMany));

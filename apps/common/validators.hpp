@@ -87,11 +87,11 @@ inline CLI::Validator fraction() {
 }
 
 /// A file to write: a name, not an empty string (a script's `--metrics "$OUT"` with OUT unset
-/// would otherwise turn the output off in silence).
-inline CLI::Validator file_name() {
+/// would otherwise turn the output off in silence). `instead` says what else to give.
+inline CLI::Validator file_name(const std::string& instead = "give one, or leave the option out") {
   return CLI::Validator(
-      [](std::string& text) -> std::string {
-        return text.empty() ? "'' is no file name; give one, or leave the option out" : std::string();
+      [instead](std::string& text) -> std::string {
+        return text.empty() ? "'' is no file name; " + instead : std::string();
       },
       "");
 }
