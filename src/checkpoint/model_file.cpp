@@ -80,6 +80,13 @@ void write_copy(const std::filesystem::path& copy, const std::filesystem::path& 
 }  // namespace
 
 void save_model(const std::string& path, const nn::ParameterStore& store, comm::Communicator& comm) {
+  // On every rank, before any collective: rank 0 alone failed in the gather (Kokkos' "extents
+  // of views don't match"), and the others waited at the broadcast below for the timeout.
+  if (!store.allocated())
+    throw CheckpointError("could not write the model to '" + path +
+                          "': its parameters have no memory yet; save after store.allocate() (or after making the "
+                          "DistributedDataParallel or ZeroDataParallel strategy, which allocates what each rank keeps) "
+                          "and store.initialize() or load_model()");
   for (const auto& p : store.parameters())
     if (p.shard.parts > 1)
       throw CheckpointError("'" + p.name + "' is cut into " + std::to_string(p.shard.parts) +
@@ -142,6 +149,11 @@ void load_model(const std::string& path, nn::ParameterStore& store) {
                             " tensor-parallel blocks, and model files are read as whole tensors; reading blocks "
                             "comes with the parallel checkpoints");
   if (!std::filesystem::exists(path)) throw CheckpointError("model file '" + path + "' does not exist");
+  if (!store.allocated())
+    throw CheckpointError("cannot load '" + path +
+                          "': the model's parameters have no memory yet; load after store.allocate(), or after making "
+                          "the DistributedDataParallel or ZeroDataParallel strategy, which allocates what each rank "
+                          "keeps");
   detail::QuietHdf5 quiet;
   detail::H5Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
   if (!file.valid()) throw CheckpointError("'" + path + "' is not a readable HDF5 file");

@@ -1838,11 +1838,18 @@ const char* offset_of(const Buffer& base, std::size_t elements) {
   return static_cast<const char*>(base.data) + elements * dtype_size(base.dtype);
 }
 
+/// More elements than any buffer holds (a petabyte): a count that wrapped around, such as a
+/// negative difference converted to size_t, which would run the op past the buffer's end.
+constexpr std::size_t kLargestBufferBytes = std::size_t(1) << 50;
+
 struct Checker {
   const char* fn;
   const detail::CommState& s;
 
   void data(const Buffer& b, std::size_t needed, const char* which) const {
+    if (b.count > kLargestBufferBytes / dtype_size(b.dtype))
+      bad(fn, std::string(which) + " has " + std::to_string(b.count) +
+                  " elements, more than any buffer holds (a count below 0 converted to an unsigned size?)");
     if (needed > 0 && b.data == nullptr)
       bad(fn, std::string(which) + " is null but " + std::to_string(needed) + " elements are needed");
   }
@@ -1851,6 +1858,14 @@ struct Checker {
       bad(fn, std::string(which) + " has " + std::to_string(b.count) + " elements, needs " + formula + " = " +
                   std::to_string(needed));
     data(b, needed, which);
+  }
+  /// size() * n, where the op moves that many elements (checked: n was checked alone).
+  std::size_t all(std::size_t n, DType dtype, const char* which) const {
+    if (n > kLargestBufferBytes / dtype_size(dtype) / static_cast<std::size_t>(s.size))
+      bad(fn, std::string(which) + " has " + std::to_string(n) + " elements, and size() times that (" +
+                  std::to_string(s.size) +
+                  " ranks) is more than any buffer holds (a count below 0 converted to an unsigned size?)");
+    return n * static_cast<std::size_t>(s.size);
   }
   void root(int r) const {
     if (r < 0 || r >= s.size)
@@ -1904,8 +1919,9 @@ Op make_broadcast(const CommState& s, Buffer b, int root) {
 Op make_scatter(const CommState& s, Buffer send, Buffer recv, int root) {
   const auto c = checker("scatter", s);
   c.root(root);
-  const std::size_t n = recv.count, all = n * static_cast<std::size_t>(s.size);
+  const std::size_t n = recv.count;
   c.data(recv, n, "output");
+  const std::size_t all = c.all(n, recv.dtype, "output");
   if (s.rank == root) {
     c.same_type(send, recv);
     c.capacity(send, all, "input", "size()*output = " + std::to_string(s.size) + "*" + std::to_string(n));
@@ -1928,8 +1944,9 @@ Op make_scatter(const CommState& s, Buffer send, Buffer recv, int root) {
 Op make_gather(const CommState& s, Buffer send, Buffer recv, int root) {
   const auto c = checker("gather", s);
   c.root(root);
-  const std::size_t n = send.count, all = n * static_cast<std::size_t>(s.size);
+  const std::size_t n = send.count;
   c.data(send, n, "input");
+  const std::size_t all = c.all(n, send.dtype, "input");
   if (s.rank == root) {
     c.same_type(send, recv);
     c.capacity(recv, all, "output", "size()*input = " + std::to_string(s.size) + "*" + std::to_string(n));
@@ -1995,8 +2012,9 @@ Op make_all_reduce(const CommState& s, Buffer send, Buffer recv, ReduceOp rop) {
 
 Op make_all_gather(const CommState& s, Buffer send, Buffer recv) {
   const auto c = checker("all_gather", s);
-  const std::size_t n = send.count, all = n * static_cast<std::size_t>(s.size);
+  const std::size_t n = send.count;
   c.data(send, n, "input");
+  const std::size_t all = c.all(n, send.dtype, "input");
   c.same_type(send, recv);
   c.capacity(recv, all, "output", "size()*input = " + std::to_string(s.size) + "*" + std::to_string(n));
   if (static_cast<const char*>(send.data) != offset_of(recv, n * static_cast<std::size_t>(s.rank)))

@@ -160,7 +160,7 @@ class Hdf5Dataset final : public Dataset {
            (target_dim_ ? std::to_string(target_dim_) + " targets" : std::to_string(classes_) + " classes");
   }
 
-  void load(const std::vector<std::int64_t>& indices, const View2D<float>& inputs, const View2D<float>& targets,
+  void read(const std::vector<std::int64_t>& indices, const View2D<float>& inputs, const View2D<float>& targets,
             const View1D<std::int64_t>& labels) override {
     QuietHdf5 quiet;  // a failed read is reported once, as an error naming the call, not as HDF5's stack
     auto in_h = Kokkos::create_mirror_view(inputs);

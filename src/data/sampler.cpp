@@ -9,6 +9,12 @@ namespace tessera::data {
 DistributedSampler::DistributedSampler(std::int64_t dataset_size, std::int64_t global_batch, int rank, int ranks,
                                        std::uint64_t seed)
     : size_(dataset_size), global_batch_(global_batch), rank_(rank), ranks_(ranks), seed_(seed) {
+  // (rank, ranks) given the other way round, (comm.size(), comm.rank()), would divide by 0 on
+  // rank 0 and hand every other rank another's samples.
+  if (ranks < 1 || rank < 0 || rank >= ranks)
+    throw ConfigError("DistributedSampler: rank " + std::to_string(rank) + " is not a rank of " +
+                      std::to_string(ranks) + (ranks == 1 ? " rank" : " ranks") +
+                      "; give (..., comm.rank(), comm.size(), seed), in that order");
   if (global_batch <= 0) throw ConfigError("the global batch must be >= 1 (got " + std::to_string(global_batch) + ")");
   if (global_batch % ranks != 0)
     throw ConfigError("a global batch of " + std::to_string(global_batch) + " does not divide across " +

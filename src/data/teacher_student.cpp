@@ -68,7 +68,7 @@ class TeacherStudent final : public Dataset {
            (teacher_layers_ == 1 ? " layer)" : " layers)");
   }
 
-  void load(const std::vector<std::int64_t>& indices, const View2D<float>& inputs, const View2D<float>& targets,
+  void read(const std::vector<std::int64_t>& indices, const View2D<float>& inputs, const View2D<float>& targets,
             const View1D<std::int64_t>&) override {
     if (rows_.extent(0) != indices.size()) rows_ = View1D<std::int64_t>("tessera::ts::rows", indices.size());
     auto h = Kokkos::create_mirror_view(rows_);

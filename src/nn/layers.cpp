@@ -19,7 +19,10 @@ namespace {
 /// them without a division (and vectorize). Every View2D here is unpadded.
 template <class T>
 Kokkos::View<T*, DeviceMemorySpace, Kokkos::MemoryUnmanaged> flat(const View2D<T>& m) {
-  if (!m.span_is_contiguous()) throw Error("internal: a padded matrix reached an elementwise kernel");
+  if (!m.span_is_contiguous())
+    throw ConfigError("a " + std::to_string(m.extent(0)) + " x " + std::to_string(m.extent(1)) +
+                      " matrix whose rows are not next to each other in memory (a slice of some columns?) was given to "
+                      "an elementwise layer or loss (GELU, mse_loss); give it a whole matrix, or a copy of the slice");
   return Kokkos::View<T*, DeviceMemorySpace, Kokkos::MemoryUnmanaged>(m.data(), m.size());
 }
 /// Calls f(offset, count) for chunks of kernels::kHostLoopChunk elements that cover [0, n),
@@ -133,7 +136,18 @@ void Linear::set_input_grad(bool needed) {
   if (bias_ != nullptr) bias_->backward_reads_value = needed;
 }
 
+void Linear::check_output_gradient(const View2D<const float>& dy, const char* call) const {
+  if (x_.data() == nullptr)
+    throw Error("Linear '" + weight_->name + "': " + call + " before any forward(); run forward first");
+  if (dy.extent(0) != x_.extent(0) || dy.extent(1) != out_)
+    throw ConfigError("Linear '" + weight_->name + "': " + call + " was given a gradient of " +
+                      std::to_string(dy.extent(0)) + " x " + std::to_string(dy.extent(1)) +
+                      ", and the last forward's output is " + std::to_string(x_.extent(0)) + " x " +
+                      std::to_string(out_) + "; give the gradient of that output");
+}
+
 View2D<float> Linear::backward(const View2D<const float>& dy) {
+  check_output_gradient(dy, "backward()");
   // Without an input gradient (a model's first layer) backward only writes gradients: a
   // ZeRO-3 rank gathers nothing for it.
   const Pass pass = input_grad_ ? Pass::Backward : Pass::WeightGradient;
@@ -157,6 +171,7 @@ View2D<float> Linear::backward(const View2D<const float>& dy) {
 }
 
 View2D<float> Linear::backward_input(const View2D<const float>& dy) {
+  check_output_gradient(dy, "backward_input()");
   dy_ = dy;
   if (!input_grad_) return {};
   acquire(*weight_, Pass::InputGradient);

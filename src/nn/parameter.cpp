@@ -29,6 +29,16 @@ View2D<float> Parameter::grad2d() const {
 
 Parameter& ParameterStore::add(const std::string& name, std::vector<std::int64_t> shape, Init init, ShardSpec shard) {
   if (allocated_) throw Error("ParameterStore::add('" + name + "') after allocate(); register every parameter first");
+  // After shard(): the new parameter would lie outside the owned range that was cut, and
+  // initialize() wrote past the buffer.
+  if (sharded_)
+    throw Error("ParameterStore::add('" + name +
+                "') after shard(); register every parameter before the strategy "
+                "(ZeRO) shards the store");
+  for (std::size_t d = 0; d < shape.size(); ++d)
+    if (shape[d] < 0)
+      throw ConfigError("parameter '" + name + "': dimension " + std::to_string(d) + " is " + std::to_string(shape[d]) +
+                        "; a shape's dimensions are 0 or more");
   for (const auto& p : params_)
     if (p.name == name) throw ConfigError("parameter name '" + name + "' is used twice");
   Parameter p;

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <string>
 
 #include "core/range.hpp"
@@ -97,6 +98,16 @@ void adamw_kernel(const Kokkos::DefaultExecutionSpace& space, std::size_t begin,
       grad_square);
 }
 
+/// Throws ConfigError "<who>: <field> is <value>; it must be <wanted>" unless `ok`.
+void require_setting(bool ok, const char* who, const char* field, float value, const char* wanted) {
+  if (ok) return;
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", static_cast<double>(value));
+  throw ConfigError(std::string(who) + ": " + field + " is " + text + "; it must be " + wanted);
+}
+/// A finite number >= 0 (NaN fails every comparison, so `x < 0` let it through).
+bool finite_non_negative(float x) { return std::isfinite(x) && x >= 0; }
+
 void require_same_length(const View1D<float>& p, const View1D<float>& g, const char* who) {
   if (p.size() != g.size())
     throw Error(std::string(who) + ": " + std::to_string(p.size()) + " parameters but " + std::to_string(g.size()) +
@@ -106,10 +117,15 @@ void require_same_length(const View1D<float>& p, const View1D<float>& g, const c
 
 void Optimizer::begin_step() {
   updates_ = 0;
+  begun_ = true;
   start_step();
 }
 
 void Optimizer::update(std::size_t offset, std::size_t count) {
+  if (!begun_)
+    throw Error(std::string(name()) +
+                "::update: no step has begun; call begin_step() once per step before its "
+                "update()s, or step() for all the parameters at once");
   if (offset > size() || count > size() - offset)  // offset + count could wrap around
     throw Error(std::string(name()) + "::update: " + std::to_string(count) + " elements from element " +
                 std::to_string(offset) + ", outside its " + std::to_string(size()));
@@ -137,9 +153,17 @@ double Optimizer::grad_square_sum() {
 SGD::SGD(View1D<float> params, View1D<float> grads, SGDOptions options)
     : params_(params), grads_(grads), options_(options) {
   require_same_length(params, grads, "SGD");
-  if (options.lr < 0 || options.momentum < 0 || options.weight_decay < 0)
-    throw ConfigError("SGD: lr, momentum and weight_decay must be >= 0");
+  require_setting(finite_non_negative(options.lr), "SGD", "lr", options.lr, "a finite number >= 0");
+  require_setting(finite_non_negative(options.momentum), "SGD", "momentum", options.momentum,
+                  "a finite number >= 0 (0.9 is usual, 0 is none)");
+  require_setting(finite_non_negative(options.weight_decay), "SGD", "weight_decay", options.weight_decay,
+                  "a finite number >= 0");
   if (options.momentum > 0) momentum_ = View1D<float>("tessera::sgd::momentum", params.size());
+}
+
+void SGD::set_lr(float lr) {
+  require_setting(finite_non_negative(lr), "SGD::set_lr", "lr", lr, "a finite number >= 0");
+  options_.lr = lr;
 }
 
 void SGD::start_step() { ++t_; }
@@ -152,11 +176,21 @@ void SGD::apply(std::size_t offset, std::size_t count, const SumView& grad_squar
 AdamW::AdamW(View1D<float> params, View1D<float> grads, AdamWOptions options)
     : params_(params), grads_(grads), options_(options) {
   require_same_length(params, grads, "AdamW");
-  if (options.lr < 0 || options.eps <= 0 || options.weight_decay < 0 || options.beta1 < 0 || options.beta1 >= 1 ||
-      options.beta2 < 0 || options.beta2 >= 1)
-    throw ConfigError("AdamW: need lr >= 0, eps > 0, weight_decay >= 0 and betas in [0, 1)");
+  require_setting(finite_non_negative(options.lr), "AdamW", "lr", options.lr, "a finite number >= 0");
+  require_setting(options.beta1 >= 0 && options.beta1 < 1, "AdamW", "beta1", options.beta1, "in [0, 1) (0.9 is usual)");
+  require_setting(options.beta2 >= 0 && options.beta2 < 1, "AdamW", "beta2", options.beta2,
+                  "in [0, 1) (0.999 is usual)");
+  require_setting(std::isfinite(options.eps) && options.eps > 0, "AdamW", "eps", options.eps,
+                  "a finite number > 0 (1e-8 is usual)");
+  require_setting(finite_non_negative(options.weight_decay), "AdamW", "weight_decay", options.weight_decay,
+                  "a finite number >= 0");
   m_ = View1D<float>("tessera::adamw::m", params.size());
   v_ = View1D<float>("tessera::adamw::v", params.size());
+}
+
+void AdamW::set_lr(float lr) {
+  require_setting(finite_non_negative(lr), "AdamW::set_lr", "lr", lr, "a finite number >= 0");
+  options_.lr = lr;
 }
 
 void AdamW::start_step() {

@@ -203,6 +203,12 @@ void ZeroDataParallel::verify_replicas_identical() {
 }
 
 void ZeroDataParallel::new_step() {
+  if (unshared_)
+    throw Error("ZeRO stage " + std::to_string(options_.stage) +
+                ": new_step() after an update without finish_step(): the ranks' updated shards were not shared, so "
+                "each rank's copy of the others' parameters is a step old; call finish_step() after the optimizer's "
+                "update");
+  synced_ = false;
   drop_kept();  // the values may have changed since it was gathered
   stats_ = {};
   std::fill(handed_.begin(), handed_.end(), 0);
@@ -211,7 +217,15 @@ void ZeroDataParallel::new_step() {
   ready_ = 0;
 }
 
+void ZeroDataParallel::require_new_step(const char* where) const {
+  if (synced_)
+    throw Error(std::string("ZeRO: ") + where +
+                " after the last step's finish_gradient_sync() without new_step(): the last step's gradients would "
+                "be added to this one's; call new_step() at the start of every optimizer step");
+}
+
 void ZeroDataParallel::begin_step(BucketCallback on_bucket) {
+  require_new_step("begin_step()");
   on_bucket_ = std::move(on_bucket);
   last_micro_ = true;
   ready_ = 0;
@@ -270,6 +284,7 @@ void ZeroDataParallel::free_slot(std::size_t b) {
 }
 
 void ZeroDataParallel::on_grad_ready(nn::Parameter& p) {
+  require_new_step("a backward pass");
   // Stage 1 keeps whole gradients and adds micro-steps up locally, as DDP does.
   if (options_.stage == 1 && !(sync_ && last_micro_)) return;
   ++ready_;
@@ -415,9 +430,12 @@ void ZeroDataParallel::finish_gradient_sync() {
   reset_micro_step();
   on_bucket_ = nullptr;
   stats_.exposed_s += seconds_since(start) - (stats_.on_bucket_s - before);
+  synced_ = true;
+  unshared_ = !alone_ && options_.stage < 3;
 }
 
 void ZeroDataParallel::finish_step() {
+  unshared_ = false;
   if (alone_ || options_.stage == 3) return;
   // Stages 1 and 2: every rank updated its shard of the replicated values; share them.
   const auto start = Clock::now();

@@ -391,12 +391,13 @@ Trainer::Trainer(TrainConfig config, comm::Communicator& comm) : config_(std::mo
     optim::SGDOptions o;
     o.lr = config_.lr.value_or(o.lr);
     o.momentum = config_.momentum;
-    if (config_.weight_decay >= 0) o.weight_decay = config_.weight_decay;
+    // Below 0: the default; a NaN goes on to the optimizer, which refuses it.
+    if (!(config_.weight_decay < 0)) o.weight_decay = config_.weight_decay;
     optimizer_ = std::make_unique<optim::SGD>(strategy_->update_values(), strategy_->update_grads(), o);
   } else {
     optim::AdamWOptions o;
     o.lr = config_.lr.value_or(o.lr);
-    if (config_.weight_decay >= 0) o.weight_decay = config_.weight_decay;
+    if (!(config_.weight_decay < 0)) o.weight_decay = config_.weight_decay;
     optimizer_ = std::make_unique<optim::AdamW>(strategy_->update_values(), strategy_->update_grads(), o);
   }
   optimizer_->run_on(side_->space());

@@ -46,6 +46,19 @@ TEST(BadArguments, EachIsAConfigErrorThatSaysWhatIsWrong) {
     EXPECT_THROW_WITH(c.reduce_scatter({a.data(), p * 3 + 1}, {a.data(), 3}), ConfigError,
                       "does not divide into " + std::to_string(p) + " equal blocks");
   }
+  // A count that wrapped around (end - begin with begin > end): MPI's backend split it into
+  // calls of INT_MAX elements that ran past the buffer's end (a crash, or a heap written over).
+  const std::size_t wrapped = std::size_t(4) - std::size_t(8);
+  EXPECT_THROW_WITH(c.all_reduce({a.data(), wrapped}), ConfigError,
+                    "all_reduce: input has " + std::to_string(wrapped) +
+                        " elements, more than any buffer holds (a count below 0 converted to an unsigned size?)");
+  EXPECT_THROW_WITH(c.broadcast({d.data(), wrapped / 2}, 0), ConfigError, "more than any buffer holds");
+  // Fine alone, but size() times it wraps (or passes any buffer): the output's check passed.
+  const std::size_t huge = ((std::size_t(1) << 50) / sizeof(float)) / p + 1;
+  if (c.size() > 1)
+    EXPECT_THROW_WITH(c.all_gather({a.data(), huge}, {big.data(), big.size()}), ConfigError,
+                      "all_gather: input has " + std::to_string(huge) + " elements, and size() times that (" +
+                          std::to_string(p) + " ranks) is more than any buffer holds");
   Kokkos::View<double**, Kokkos::LayoutRight, HostMemorySpace> m("m", 4, 4);
   auto column = Kokkos::subview(m, Kokkos::ALL(), 1);
   EXPECT_THROW_WITH(c.broadcast(column, 0), ConfigError, "is not contiguous");

@@ -356,6 +356,51 @@ TEST(Zero, BucketEstimateBoundsTheMeasuredBuckets) {
     }
 }
 
+// The calls of a step, driven by hand in DataParallelStrategy's order, and out of it: a
+// step begun without new_step() added the last step's gradients to its own at stages 2 and
+// 3 (and skipped buckets' updates), and a new step without finish_step() left each rank's
+// copy of the others' shards a step old at stages 1 and 2, both in silence.
+TEST(Zero, AStepOutOfOrderIsRefused) {
+  for (int stage : {1, 2, 3}) {
+    SCOPED_TRACE("stage " + std::to_string(stage));
+    nn::ParameterStore store;
+    nn::MLP model(store, 2, 8);
+    parallel::ZeroOptions options;
+    options.stage = stage;
+    parallel::ZeroDataParallel zero(model, store, world(), options);
+    store.initialize(3);
+    View2D<float> x("x", 4, 8), dy("dy", 4, 8);
+    Kokkos::deep_copy(x, 0.5f);
+    Kokkos::deep_copy(dy, 0.25f);
+    const auto pass = [&] {
+      model.forward(x);
+      model.backward(dy);
+      zero.end_backward();
+    };
+    zero.new_step();
+    zero.begin_step();
+    pass();
+    zero.finish_gradient_sync();
+    // The optimizer's update would run here; then its shards must be shared before a new step.
+    if (world().size() > 1 && stage < 3)
+      EXPECT_THROW_WITH(zero.new_step(), Error,
+                        "ZeRO stage " + std::to_string(stage) +
+                            ": new_step() after an update without finish_step(): the ranks' updated shards were not "
+                            "shared");
+    zero.finish_step();
+    // The next step without new_step(): refused as it begins, before any gradient is added.
+    EXPECT_THROW_WITH(zero.begin_step(), Error,
+                      "ZeRO: begin_step() after the last step's finish_gradient_sync() without new_step(): the last "
+                      "step's gradients would be added to this one's; call new_step() at the start of every "
+                      "optimizer step");
+    // Or at the first gradient backward reports, for a micro-step that calls no begin_step()
+    // (gradient accumulation's early ones). On 1 rank nothing is hooked.
+    if (world().size() > 1)
+      EXPECT_THROW_WITH(pass(), Error, "ZeRO: a backward pass after the last step's finish_gradient_sync()");
+    world().barrier();
+  }
+}
+
 TEST(Zero, BadSettingsAreConfigErrorsBeforeAnythingRuns) {
   auto c = small_config();
   c.zero_stage = 4;

@@ -90,6 +90,38 @@ TEST(Sampler, RestoredStateContinuesWhereItLeftOff) {
   EXPECT_THROW_WITH(b.restore({0, 999}), ConfigError, "out of range");
   EXPECT_THROW_WITH(data::DistributedSampler(500, 10, 0, 3, 1), ConfigError, "does not divide across 3");
   EXPECT_THROW_WITH(data::DistributedSampler(5, 10, 0, 1, 1), ConfigError, "fewer than one global batch");
+  // Rank and size swapped: rank 0 divided by 0, and rank 2 of 1 took samples past its part.
+  EXPECT_THROW_WITH(data::DistributedSampler(500, 10, 2, 0, 1), ConfigError,
+                    "DistributedSampler: rank 2 is not a rank of 0 ranks; give (..., comm.rank(), comm.size(), "
+                    "seed), in that order");
+  EXPECT_THROW_WITH(data::DistributedSampler(500, 10, 2, 1, 1), ConfigError, "rank 2 is not a rank of 1 rank;");
+  EXPECT_THROW_WITH(data::DistributedSampler(500, 10, -1, 2, 1), ConfigError, "rank -1 is not a rank of 2 ranks;");
+}
+
+// Views that do not fit the batch are refused before anything is read: a view too narrow was
+// written past its end (the heap), one too wide filled with rows out of line, and a sample
+// past the end read past the synthetic set.
+TEST(Dataset, LoadRefusesViewsThatDoNotFitTheBatchAndSamplesItLacks) {
+  auto ds = data::make_teacher_student(64, 8, 2, 3);
+  View2D<float> x("x", 2, 8), t("t", 2, 8), narrow("narrow", 2, 4), short_x("short", 1, 8);
+  View1D<std::int64_t> none;
+  EXPECT_THROW_WITH(ds->load({5, 64}, x, t, none), ConfigError,
+                    "synthetic teacher-student task (64 samples, dimension 8, teacher of 2 layers): sample 64 (index "
+                    "1 of the batch) is outside its 64 samples");
+  EXPECT_THROW_WITH(ds->load({-1}, x, t, none), ConfigError, "sample -1 (index 0 of the batch)");
+  EXPECT_THROW_WITH(ds->load({5, 6}, narrow, t, none), ConfigError,
+                    "Dataset::load of 2 samples into inputs of 2 x 4; give a view of 2 x 8 (a row per sample, 8 "
+                    "columns)");
+  EXPECT_THROW_WITH(ds->load({5, 6}, short_x, t, none), ConfigError, "into inputs of 1 x 8");
+  EXPECT_THROW_WITH(ds->load({5, 6}, x, narrow, none), ConfigError, "into targets of 2 x 4");
+  // More rows than samples is fine: the first rows are filled.
+  View2D<float> tall("tall", 3, 8), tall_t("tall_t", 3, 8);
+  ds->load({5, 6}, tall, tall_t, none);
+  ds->load({5, 6}, x, t, none);
+  const auto a = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), tall);
+  const auto b = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), x);
+  for (std::size_t r = 0; r < 2; ++r)
+    for (std::size_t j = 0; j < 8; ++j) EXPECT_EQ(a(r, j), b(r, j));
 }
 
 TEST(TeacherStudent, SamplesDependOnlyOnTheirIndex) {
@@ -377,6 +409,31 @@ std::string contents(const std::string& path) {
 // A save whose data cannot be flushed to the disk (the error a full NFS file system gives only
 // then) fails and leaves the user's file as it was, and no copy beside it; once the disk takes
 // the data, the new file replaces the old one.
+// A store whose parameters have no memory yet (a model built, the strategy not yet made):
+// rank 0 alone failed with Kokkos' "extents of views don't match", and the other ranks of a
+// save waited for it until the timeout.
+TEST(ModelFile, AStoreWithoutMemoryIsRefusedOnEveryRankBeforeAnyCollective) {
+  auto comm = comm::Communicator::create(comm::Backend::Mpi);
+  nn::ParameterStore bare;
+  nn::MLP mlp(bare, 2, 5);
+  const std::string path = temp("tessera_bare_model.h5");
+  std::filesystem::remove(path);
+  EXPECT_THROW_WITH(
+      checkpoint::save_model(path, bare, *comm), CheckpointError,
+      "could not write the model to '" + path + "': its parameters have no memory yet; save after store.allocate()");
+  EXPECT_FALSE(std::filesystem::exists(path));
+  nn::ParameterStore made;
+  nn::MLP same(made, 2, 5);
+  made.initialize(4);
+  checkpoint::save_model(path, made, *comm);
+  EXPECT_THROW_WITH(checkpoint::load_model(path, bare), CheckpointError,
+                    "cannot load '" + path +
+                        "': the model's parameters have no memory yet; load after "
+                        "store.allocate(), or after making the DistributedDataParallel or ZeroDataParallel strategy");
+  EXPECT_FALSE(bare.allocated());
+  std::filesystem::remove(path);
+}
+
 TEST(ModelFile, ASaveTheDiskDoesNotTakeLeavesTheUsersFileAsItWas) {
   auto comm = comm::Communicator::create(comm::Backend::Mpi);
   nn::ParameterStore a;

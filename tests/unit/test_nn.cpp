@@ -246,6 +246,21 @@ TEST(Gemm, ColumnSlicesOfWiderMatricesAreReadAtTheirRowPitch) {
   }
 }
 
+// A parameter added after shard() lay outside the cut owned range (initialize() then wrote
+// past the buffer), and a negative dimension became a huge size_t.
+TEST(ParameterStore, RefusesAParameterAfterShardAndANegativeDimension) {
+  nn::ParameterStore store;
+  EXPECT_THROW_WITH(store.add("neg", {-3, 4}, nn::Init::uniform(0.1f)), ConfigError,
+                    "parameter 'neg': dimension 0 is -3; a shape's dimensions are 0 or more");
+  store.add("a", {4, 4}, nn::Init::uniform(0.1f));
+  store.shard(0, 8, nn::Residency::Owned, nn::Residency::Owned);
+  EXPECT_THROW_WITH(store.add("b", {2}, nn::Init::uniform(0.1f)), Error,
+                    "ParameterStore::add('b') after shard(); register every parameter before the strategy (ZeRO) "
+                    "shards the store");
+  store.initialize(1);
+  EXPECT_EQ(store.values().size(), 8u);
+}
+
 TEST(Linear, RefusesALayerWithoutFeatures) {
   nn::ParameterStore store;
   EXPECT_THROW_WITH(nn::Linear(store, "fc", 0, 3), ConfigError, "Linear 'fc' has 0 input features");
@@ -484,6 +499,38 @@ TEST(GELU, BackwardRejectsAGradientOfAnotherShape) {
   EXPECT_THROW_WITH(gelu.backward(random_matrix(4, 5, 2)), ConfigError, "but forward saw 4x6");
 }
 
+// Linear likewise: a gradient of another shape than the last forward's output, or one
+// before any forward, was the GEMM's "shapes do not match: op(A) is 16x8, op(B) is 0x0",
+// naming neither the layer nor dy (and a ZeRO-3 layer was left acquired).
+TEST(Linear, BackwardRejectsAGradientOfAnotherShapeOrBeforeForward) {
+  nn::ParameterStore store;
+  nn::Linear fc(store, "fc", 6, 3);
+  store.initialize(2);
+  EXPECT_THROW_WITH(fc.backward(random_matrix(4, 3, 1)), Error,
+                    "Linear 'fc.weight': backward() before any forward(); run forward first");
+  fc.forward(random_matrix(4, 6, 1));
+  EXPECT_THROW_WITH(fc.backward(random_matrix(4, 6, 2)), ConfigError,
+                    "Linear 'fc.weight': backward() was given a gradient of 4 x 6, and the last forward's output is "
+                    "4 x 3; give the gradient of that output");
+  EXPECT_THROW_WITH(fc.backward_input(random_matrix(5, 3, 2)), ConfigError,
+                    "backward_input() was given a gradient of 5 x 3");
+  EXPECT_EQ(fc.backward(random_matrix(4, 3, 2)).extent(1), 6u);
+}
+
+// A slice of some columns (View2D takes one: its rows are a pitch apart) given to GELU or to
+// the loss was "internal: a padded matrix reached an elementwise kernel".
+TEST(GELU, AndTheLossRefuseASliceOfColumnsInWordsForTheUser) {
+  const View2D<float> wide = random_matrix(4, 8, 3);
+  const View2D<float> slice(Kokkos::subview(wide, Kokkos::ALL, std::make_pair(std::size_t(2), std::size_t(6))));
+  nn::GELU gelu;
+  EXPECT_THROW_WITH(gelu.forward(slice), ConfigError,
+                    "a 4 x 4 matrix whose rows are not next to each other in memory (a slice of some columns?) was "
+                    "given to an elementwise layer or loss (GELU, mse_loss); give it a whole matrix, or a copy of the "
+                    "slice");
+  View2D<float> dy("dy", 4, 4);
+  EXPECT_THROW_WITH(nn::mse_loss(slice, random_matrix(4, 4, 4), dy), ConfigError, "a slice of some columns?");
+}
+
 TEST(GradientCheck, MLPWithThreeLayers) {
   nn::ParameterStore store;
   nn::MLP mlp(store, 3, 4);
@@ -702,7 +749,47 @@ TEST(Optimizers, AdamWFollowsTorchRuleAndDefaults) {
     }
   }
   EXPECT_EQ(adam.state_bytes(), 2 * 2 * sizeof(float));
-  EXPECT_THROW_WITH(optim::AdamW(p, g, {1e-3f, 1.0f, 0.999f, 1e-8f, 0.01f}), ConfigError, "betas in [0, 1)");
+  EXPECT_THROW_WITH(optim::AdamW(p, g, {1e-3f, 1.0f, 0.999f, 1e-8f, 0.01f}), ConfigError,
+                    "AdamW: beta1 is 1; it must be in [0, 1) (0.9 is usual)");
+}
+
+// Settings that are no number, or infinite, are refused as a negative one is: NaN fails
+// every comparison, so `lr < 0` let it through, and one update made every parameter NaN.
+TEST(Optimizers, SettingsThatAreNoFiniteNumberAreRefused) {
+  View1D<float> p("p", 4), g("g", 4);
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  EXPECT_THROW_WITH(optim::AdamW(p, g, {nan}), ConfigError, "AdamW: lr is nan; it must be a finite number >= 0");
+  EXPECT_THROW_WITH(optim::AdamW(p, g, {1e-3f, 0.9f, nan}), ConfigError, "AdamW: beta2 is nan");
+  EXPECT_THROW_WITH(optim::AdamW(p, g, {1e-3f, 0.9f, 0.999f, inf}), ConfigError, "AdamW: eps is inf");
+  EXPECT_THROW_WITH(optim::AdamW(p, g, {1e-3f, 0.9f, 0.999f, 1e-8f, nan}), ConfigError, "AdamW: weight_decay is nan");
+  EXPECT_THROW_WITH(optim::SGD(p, g, {inf}), ConfigError, "SGD: lr is inf");
+  EXPECT_THROW_WITH(optim::SGD(p, g, {0.1f, nan}), ConfigError, "SGD: momentum is nan");
+  EXPECT_THROW_WITH(optim::SGD(p, g, {0.1f, 0.9f, -1.0f}), ConfigError, "SGD: weight_decay is -1");
+  // A schedule's rate (a warm-up of 0 steps: 0 / 0), kept as it was.
+  optim::AdamW adam(p, g);
+  EXPECT_THROW_WITH(adam.set_lr(nan), ConfigError, "AdamW::set_lr: lr is nan; it must be a finite number >= 0");
+  EXPECT_THROW_WITH(adam.set_lr(-0.5f), ConfigError, "AdamW::set_lr: lr is -0.5");
+  EXPECT_FLOAT_EQ(adam.lr(), 1e-3f);
+  adam.set_lr(0.0f);
+  EXPECT_FLOAT_EQ(adam.lr(), 0.0f);
+  optim::SGD sgd(p, g);
+  EXPECT_THROW_WITH(sgd.set_lr(inf), ConfigError, "SGD::set_lr: lr is inf");
+}
+
+// update() without a step begun: AdamW's bias corrections are those of no step (step size 0),
+// so every update applied the weight decay alone, in silence.
+TEST(Optimizers, AnUpdateBeforeAnyStepBeganIsRefused) {
+  View1D<float> p("p", 4), g("g", 4);
+  optim::AdamW adam(p, g);
+  EXPECT_THROW_WITH(adam.update(0, 4), Error,
+                    "adamw::update: no step has begun; call begin_step() once per step before its update()s, or "
+                    "step() for all the parameters at once");
+  adam.begin_step();
+  adam.update(0, 4);
+  EXPECT_EQ(adam.steps(), 1);
+  optim::SGD sgd(p, g);
+  EXPECT_THROW_WITH(sgd.update(0, 2), Error, "sgd::update: no step has begun");
+  sgd.step();  // begins its own
 }
 
 void adamw_over_ranges(std::size_t p_shift, std::size_t g_shift);

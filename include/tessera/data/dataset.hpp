@@ -26,10 +26,18 @@ class Dataset {
   /// Where the largest label is (e.g. "/labels row 7 holds label 9"), for messages about
   /// the number of classes; empty when the dataset cannot say.
   virtual std::string top_label() const { return {}; }
-  /// Fills row r of `inputs` and of `targets` or `labels` with sample indices[r].
-  virtual void load(const std::vector<std::int64_t>& indices, const View2D<float>& inputs, const View2D<float>& targets,
-                    const View1D<std::int64_t>& labels) = 0;
+  /// Fills row r of `inputs` and of `targets` or `labels` with sample indices[r]. Throws
+  /// ConfigError, before reading anything, for an index outside [0, size()) or a view of
+  /// other columns than the dataset's or fewer rows than `indices` (a view too narrow was
+  /// written past its end, one too wide filled with rows out of line).
+  void load(const std::vector<std::int64_t>& indices, const View2D<float>& inputs, const View2D<float>& targets,
+            const View1D<std::int64_t>& labels);
   virtual std::string describe() const = 0;
+
+ protected:
+  /// load() for arguments it has checked: what each dataset implements.
+  virtual void read(const std::vector<std::int64_t>& indices, const View2D<float>& inputs, const View2D<float>& targets,
+                    const View1D<std::int64_t>& labels) = 0;
 };
 
 /// The default task: inputs x drawn from N(0, 1) by (seed, global sample index), targets

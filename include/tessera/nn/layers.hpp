@@ -54,7 +54,10 @@ class Linear final : public Module {
   Linear(const Linear&) = default;
   void weight_gradients(const View2D<const float>& dy);  // dW and db, each reported ready
   void input_gradient(const View2D<const float>& dy);    // dx = dy W
-  std::size_t in_, out_;                                 // as this rank's block sees them
+  // Throws unless dy is the gradient of the last forward's output (its shape): before any forward,
+  // or of another shape, the GEMM's own message named neither the layer nor dy.
+  void check_output_gradient(const View2D<const float>& dy, const char* call) const;
+  std::size_t in_, out_;  // as this rank's block sees them
   TensorSplit split_ = TensorSplit::None;
   comm::Communicator* tp_ = nullptr;
   Parameter* weight_;

@@ -25,7 +25,8 @@ class Optimizer {
   void begin_step();
   /// Applies the current step to elements [offset, offset + count). The rules are
   /// element-wise, so ranges may be updated in any order, e.g. each gradient bucket as soon
-  /// as its reduction completes. On a GPU it only queues the kernels and returns.
+  /// as its reduction completes. On a GPU it only queues the kernels and returns. Throws
+  /// before the first begin_step() (AdamW would apply only the weight decay, every step).
   void update(std::size_t offset, std::size_t count);
   /// Waits for this step's updates and returns the sum of the squares of the gradients they
   /// read: the squared gradient norm, computed in the updates' own pass over memory.
@@ -35,6 +36,8 @@ class Optimizer {
   void run_on(const Kokkos::DefaultExecutionSpace& space) { space_ = space; }
   virtual std::size_t size() const noexcept = 0;
   virtual float lr() const noexcept = 0;
+  /// The learning rate of the steps begun after it; throws ConfigError unless it is a finite
+  /// number >= 0 (a schedule that divides by a warm-up of 0 steps gives NaN).
   virtual void set_lr(float lr) = 0;
   /// Bytes of optimizer state this rank holds.
   virtual std::size_t state_bytes() const noexcept = 0;
@@ -52,6 +55,7 @@ class Optimizer {
  private:
   Kokkos::View<double*, DeviceMemorySpace> partials_;  // one sum of squares per update() of the step
   std::size_t updates_ = 0;
+  bool begun_ = false;  // begin_step() was called
 };
 
 struct SGDOptions {
@@ -67,7 +71,7 @@ class SGD final : public Optimizer {
   SGD(View1D<float> params, View1D<float> grads, SGDOptions options = {});
   std::size_t size() const noexcept override { return params_.size(); }
   float lr() const noexcept override { return options_.lr; }
-  void set_lr(float lr) override { options_.lr = lr; }
+  void set_lr(float lr) override;
   std::size_t state_bytes() const noexcept override { return momentum_.size() * sizeof(float); }
   const char* name() const noexcept override { return "sgd"; }
 
@@ -97,7 +101,7 @@ class AdamW final : public Optimizer {
   AdamW(View1D<float> params, View1D<float> grads, AdamWOptions options = {});
   std::size_t size() const noexcept override { return params_.size(); }
   float lr() const noexcept override { return options_.lr; }
-  void set_lr(float lr) override { options_.lr = lr; }
+  void set_lr(float lr) override;
   std::size_t state_bytes() const noexcept override { return 2 * m_.size() * sizeof(float); }
   const char* name() const noexcept override { return "adamw"; }
   std::int64_t steps() const noexcept { return t_; }

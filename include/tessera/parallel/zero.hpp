@@ -80,6 +80,9 @@ class ZeroDataParallel final : public DataParallelStrategy {
   View1D<float> update_grads() override { return store_.owned_grads(); }
   bool sharded_update() const noexcept override { return comm_.size() > 1; }
   void verify_replicas_identical() override;
+  /// Starts an optimizer step: required before each step's first backward (without it the
+  /// last step's gradients would be added to this one's), and, at stages 1 and 2, only after
+  /// the last step's finish_step(); throws otherwise.
   void new_step() override;
   void set_sync(bool sync) noexcept override { sync_ = sync; }
   void begin_step(BucketCallback on_bucket = {}) override;
@@ -110,6 +113,7 @@ class ZeroDataParallel final : public DataParallelStrategy {
   void hand_over(std::size_t bucket);
   void free_slot(std::size_t bucket);
   void reset_micro_step();
+  void require_new_step(const char* where) const;  // throws where new_step() was left out
   void gather(std::size_t unit);
   void wait_gathered(std::size_t unit, nn::Pass pass);
   void drop(std::size_t unit);
@@ -147,6 +151,10 @@ class ZeroDataParallel final : public DataParallelStrategy {
   bool sync_ = true;
   bool last_micro_ = false;
   bool in_finish_ = false;  // waits are timed by finish_gradient_sync or end_backward
+  // The order of a step's calls (DataParallelStrategy): finish_gradient_sync() done, and no
+  // new_step() since; stages 1 and 2: finish_step() still to share the updated shards.
+  bool synced_ = false;
+  bool unshared_ = false;
   std::size_t ready_ = 0;
   std::size_t working_now_ = 0, working_high_ = 0;
   SyncStats stats_;
