@@ -2,7 +2,11 @@
 #include <tessera/core/session.hpp>
 #include <tessera/parallel/ddp.hpp>
 
+#include <cmath>
+#include <string>
+
 #include "core/range.hpp"
+#include "parallel/parameter_index.hpp"
 #include "parallel/replicas.hpp"
 
 namespace tessera::parallel {
@@ -45,8 +49,13 @@ DistributedDataParallel::DistributedDataParallel(nn::Module& model, nn::Paramete
   if (!store.allocated()) store.allocate();
   if (store.value_residency() != nn::Residency::Full || store.grad_residency() != nn::Residency::Full)
     throw Error("DistributedDataParallel: every rank must keep the whole model; this store is sharded");
-  if (options.bucket_mb <= 0 || options.first_bucket_mb <= 0)
-    throw ConfigError("DistributedDataParallel: bucket sizes must be > 0 MiB");
+  // Written so that NaN and infinity fail too (they passed `<= 0`, and made the buckets' size
+  // undefined).
+  const auto size_ok = [](double mb) { return std::isfinite(mb) && mb > 0; };
+  if (!size_ok(options.bucket_mb) || !size_ok(options.first_bucket_mb))
+    throw ConfigError("DistributedDataParallel: bucket sizes must be finite and > 0 MiB (bucket_mb " +
+                      std::to_string(options.bucket_mb) + ", first_bucket_mb " +
+                      std::to_string(options.first_bucket_mb) + ")");
   if (options.grad_dtype != DType::Float32 && options.grad_dtype != DType::BFloat16)
     throw ConfigError(std::string("DistributedDataParallel: gradients travel as float32 or bfloat16, not ") +
                       dtype_name(options.grad_dtype));
@@ -116,7 +125,7 @@ void DistributedDataParallel::begin_step(BucketCallback on_bucket) {
 void DistributedDataParallel::on_grad_ready(nn::Parameter& p) {
   if (!sync_ || !in_step_) return;
   ++ready_;
-  const std::size_t b = bucket_of_.at(&p);
+  const std::size_t b = detail::index_of(bucket_of_, p, "DistributedDataParallel");
   if (pending_[b] == 0)
     throw Error("DistributedDataParallel: the gradient of '" + p.name +
                 "' was reported twice in one backward pass (shared parameters are not supported yet)");
@@ -134,7 +143,7 @@ void DistributedDataParallel::on_released(nn::Parameter& p) {
   // One rank: once backward is done with every parameter of a bucket, its gradients are final
   // and its values may change, so the optimizer may update it beside the rest of backward.
   if (!sync_ || !in_step_ || comm_.size() > 1) return;
-  const std::size_t b = bucket_of_.at(&p);
+  const std::size_t b = detail::index_of(bucket_of_, p, "DistributedDataParallel");
   if (unreleased_[b] > 0 && --unreleased_[b] == 0 && pending_[b] == 0) hand_over(b);
 }
 

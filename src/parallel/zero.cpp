@@ -5,6 +5,7 @@
 
 #include "core/clock.hpp"
 #include "core/range.hpp"
+#include "parallel/parameter_index.hpp"
 #include "parallel/replicas.hpp"
 
 namespace tessera::parallel {
@@ -100,6 +101,10 @@ ZeroDataParallel::ZeroDataParallel(nn::Module& model, nn::ParameterStore& store,
   if (options.prefetch < 0)
     throw ConfigError("--zero.prefetch " + std::to_string(options.prefetch) + " is negative; use 0 or more layers");
   if (!(options.bucket_mb > 0)) throw ConfigError("--zero.bucket_mb must be > 0 MiB");
+  if (options.align < 1)
+    throw ConfigError(
+        "ZeRO: the shards' alignment (ZeroOptions::align) is 0; give 1 or more elements (64, the default, "
+        "keeps each shard 256 bytes aligned)");
   if (options.grad_dtype != DType::Float32 && options.grad_dtype != DType::BFloat16)
     throw ConfigError(std::string("ZeRO: gradients travel as float32 or bfloat16, not ") +
                       dtype_name(options.grad_dtype));
@@ -288,7 +293,7 @@ void ZeroDataParallel::on_grad_ready(nn::Parameter& p) {
   // Stage 1 keeps whole gradients and adds micro-steps up locally, as DDP does.
   if (options_.stage == 1 && !(sync_ && last_micro_)) return;
   ++ready_;
-  const std::size_t b = bucket_of_.at(&p);
+  const std::size_t b = detail::index_of(bucket_of_, p, "ZeroDataParallel");
   if (pending_[b] == 0)
     throw Error("ZeRO: the gradient of '" + p.name +
                 "' was reported twice in one backward pass (shared parameters are not supported yet)");
@@ -456,10 +461,11 @@ void ZeroDataParallel::finish_step() {
 // -- stage 3: parameters gathered per unit -------------------------------------------------
 
 void ZeroDataParallel::on_acquire(nn::Parameter& p, nn::Pass pass) {
-  if (options_.stage == 3 && nn::reads_values(pass)) wait_gathered(unit_of_.at(&p), pass);
+  if (options_.stage == 3 && nn::reads_values(pass))
+    wait_gathered(detail::index_of(unit_of_, p, "ZeroDataParallel"), pass);
   if (options_.stage >= 2 && nn::writes_gradients(pass)) {
     // Backward writes this micro-step's gradient into a bucket's buffer, fresh.
-    const std::size_t b = bucket_of_.at(&p);
+    const std::size_t b = detail::index_of(bucket_of_, p, "ZeroDataParallel");
     Slot& s = slot_for(b);
     p.grad = View1D<float>(s.grad.data() + (p.offset - buckets_[b].offset), p.numel);
     p.grad_pending_zero = true;
@@ -468,7 +474,7 @@ void ZeroDataParallel::on_acquire(nn::Parameter& p, nn::Pass pass) {
 
 void ZeroDataParallel::on_release(nn::Parameter& p, nn::Pass pass) {
   if (options_.stage != 3 || !nn::reads_values(pass)) return;  // only passes that gathered use it
-  const std::size_t u = unit_of_.at(&p);
+  const std::size_t u = detail::index_of(unit_of_, p, "ZeroDataParallel");
   auto& g = *gathered_[u];
   if (g.users > 0 && --g.users == 0) {
     // Kept until another unit is acquired: the next pass may start with this one.

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include <tessera/tessera.hpp>
@@ -244,6 +245,38 @@ TEST(DDP, BucketsCoverTheGradientsOnceInReverseOrderWithASmallFirstBucket) {
   EXPECT_EQ(buckets[1].parameters,
             (std::vector<std::string>{"layers.2.weight", "layers.1.bias", "layers.1.weight", "layers.0.bias"}));
   EXPECT_EQ(buckets[2].parameters, std::vector<std::string>{"layers.0.weight"});
+}
+
+// A model built on one store and handed to a strategy with another: its hooks reported
+// parameters the strategy never laid out, and backward threw std::out_of_range's
+// "unordered_map::at". Bucket sizes that are not finite passed the check that they be > 0.
+TEST(DDP, AModelOfAnotherStoreAndBucketsOfNoSizeAreNamed) {
+  nn::ParameterStore mine, other;
+  nn::MLP model(mine, 2, 8);
+  nn::MLP unrelated(other, 2, 8);
+  parallel::DDPOptions bad;
+  bad.bucket_mb = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_THROW_WITH(parallel::DistributedDataParallel(model, mine, world(), bad), ConfigError,
+                    "DistributedDataParallel: bucket sizes must be finite and > 0 MiB (bucket_mb nan");
+  parallel::DistributedDataParallel ddp(model, other, world(), {});
+  other.initialize(1);
+  mine.initialize(1);
+  View2D<float> x("x", 4, 8), dy("dy", 4, 8);
+  Kokkos::deep_copy(x, 1.0f);
+  Kokkos::deep_copy(dy, 1.0f);
+  ddp.new_step();
+  ddp.begin_step();
+  model.forward(x);
+  EXPECT_THROW_WITH(model.backward(dy), Error,
+                    "DistributedDataParallel: the model reported its parameter 'layers.1.weight', which is not in the "
+                    "ParameterStore the strategy was given; build the model on that store, or give the strategy the "
+                    "store the model was built on");
+  parallel::ZeroOptions zero;
+  zero.align = 0;
+  nn::ParameterStore third;
+  nn::MLP third_model(third, 2, 8);
+  EXPECT_THROW_WITH(parallel::ZeroDataParallel(third_model, third, world(), zero), ConfigError,
+                    "ZeRO: the shards' alignment (ZeroOptions::align) is 0; give 1 or more elements");
 }
 
 TEST(DDP, ReplicasThatDifferAreCaughtOnEveryRank) {
