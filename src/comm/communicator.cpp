@@ -1617,7 +1617,24 @@ void Communicator::set_timeout(std::chrono::milliseconds timeout) {
   tessera::detail::note_comm_timeout(timeout);
 }
 bool Communicator::check_enabled() const noexcept { return state_->options.check; }
-void Communicator::set_check(bool enabled) { state_->options.check = enabled; }
+void Communicator::set_check(bool enabled) {
+  // Collective, as it is documented: the ranks compare what they ask for first (an
+  // all_gather in the mode they are all in). Ranks left in different modes wait in fences
+  // that never meet: the next op hung until the timeout, reported as a rank that never came.
+  std::vector<std::int32_t> asked(static_cast<std::size_t>(size()), 0);
+  const std::int32_t mine = enabled ? 1 : 0;
+  all_gather({&mine, 1}, {asked.data(), asked.size()});
+  std::vector<int> on, off;
+  for (int r = 0; r < size(); ++r) (asked[static_cast<std::size_t>(r)] != 0 ? on : off).push_back(r);
+  if (!on.empty() && !off.empty())
+    throw MismatchError("set_check on communicator '" + state_->options.name + "': rank" +
+                            (on.size() > 1 ? "s " : " ") + detail::rank_list(state_->world_ranks, on) +
+                            " asked for it on, rank" + (off.size() > 1 ? "s " : " ") +
+                            detail::rank_list(state_->world_ranks, off) +
+                            " for it off; every rank must call set_check with the same value. The mode is unchanged.",
+                        __FILE__, __LINE__);
+  state_->options.check = enabled;
+}
 std::uint64_t Communicator::ops_issued() const noexcept { return state_->progress.ops_issued.load(); }
 bool Communicator::usable() const noexcept { return !state_->failed.load(); }
 

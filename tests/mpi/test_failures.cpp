@@ -579,7 +579,8 @@ TEST(CheckMode, MismatchedOpsRaiseOnEveryRankNamingTheDisagreeingRanks) {
   std::string others = "0";
   if (w.size() == 3 || w.size() == 4) others += ", 2" + std::string(w.size() == 4 ? ", 3" : "");
   if (w.size() > 4) others += ", 2-" + std::to_string(w.size() - 1);
-  const std::string expect = "collective mismatch on communicator 'checked' at collective #1: " +
+  // Collective #0 is set_check's own, #1 the all_reduce above.
+  const std::string expect = "collective mismatch on communicator 'checked' at collective #2: " +
                              std::string(w.size() > 2 ? "ranks " : "rank ") + others +
                              " called all_reduce (8 x float32, sum); rank 1 called all_gather (8 x float32)";
   if (w.rank() == 1) {
@@ -588,6 +589,35 @@ TEST(CheckMode, MismatchedOpsRaiseOnEveryRankNamingTheDisagreeingRanks) {
     EXPECT_THROW_WITH(sub->all_reduce({x.data(), 8}), MismatchError, expect);
   }
   EXPECT_FALSE(sub->usable());
+  w.barrier();
+}
+
+// set_check is collective: ranks that ask for different modes are told so, each of them,
+// and the mode stays as it was. It was local: rank 0 alone in check mode waited in an
+// all_gather the others never joined, and the next op hung until the timeout, reported as
+// ranks that never came to it.
+TEST(CheckMode, RanksThatAskForDifferentModesAreToldAndTheModeStays) {
+  auto& w = world();
+  auto sub = breakable("check_disagree", std::chrono::seconds(30));
+  EXPECT_FALSE(sub->check_enabled());
+  if (w.size() > 1) {
+    const std::string others = w.size() == 2   ? "rank 1"
+                               : w.size() == 3 ? "ranks 1, 2"
+                                               : "ranks 1-" + std::to_string(w.size() - 1);
+    EXPECT_THROW_WITH(sub->set_check(w.rank() == 0), MismatchError,
+                      "set_check on communicator 'check_disagree': rank 0 asked for it on, " + others +
+                          " for it off; every rank must call set_check with the same value. The mode is unchanged.");
+    EXPECT_FALSE(sub->check_enabled());
+  }
+  // The communicator is sound: ops go on, and an agreed change takes.
+  int one = 1;
+  sub->all_reduce({&one, 1});
+  EXPECT_EQ(one, w.size());
+  sub->set_check(true);
+  EXPECT_TRUE(sub->check_enabled());
+  one = 1;
+  sub->all_reduce({&one, 1});
+  EXPECT_EQ(one, w.size());
   w.barrier();
 }
 

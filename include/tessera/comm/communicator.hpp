@@ -52,7 +52,9 @@ class Communicator {
   /// Changes the deadline of later waits (zero: wait forever).
   void set_timeout(std::chrono::milliseconds timeout);
   bool check_enabled() const noexcept;
-  /// Turns the cross-rank op comparison on or off. Collective: all ranks must agree.
+  /// Turns the cross-rank op comparison on or off. Collective: every rank calls it, with the
+  /// same value; ranks that differ each get a MismatchError that names them, and the mode
+  /// stays as it was.
   void set_check(bool enabled);
   /// Number of operations issued so far (the next op's sequence number).
   std::uint64_t ops_issued() const noexcept;
