@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cmath>
 #include <cstdio>
 #include <limits>
 #include <string>
@@ -184,6 +185,11 @@ struct TrainFlags {
         notes.push_back("--parallel.zero " + std::to_string(c.zero_stage) +
                         " shards over the data-parallel ranks, and this run has one (" + layout +
                         "): nothing is sharded, and each rank keeps what DDP would");
+      if (given("--comm.overlap_backward") && c.zero_stage == 0)
+        notes.push_back(
+            "--comm.overlap_backward overlaps DDP's reductions with backward, and this run has one "
+            "data-parallel rank (" +
+            layout + "): nothing is reduced");
       if (given("--comm.grad_dtype") && c.ddp.grad_dtype != DType::Float32)
         notes.push_back(
             "--comm.grad_dtype sets the gradients data parallelism sends, and this run has one "
@@ -194,6 +200,15 @@ struct TrainFlags {
       notes.push_back("--parallel.tp " + std::to_string(c.tp) +
                       " cuts layers in column-row pairs, and the model's one layer is kept whole on every rank; give "
                       "--model.layers 2 or more");
+    // Fewer micro-batches than stages: each stage waits for the others most of the step (the
+    // pipeline's bubble, (pp - 1) / (microbatches + pp - 1) of it), which speeds nothing up.
+    if (c.pp > 1 && c.microbatches < c.pp) {
+      const int idle = static_cast<int>(std::lround(100.0 * (c.pp - 1) / (c.microbatches + c.pp - 1)));
+      notes.push_back("--parallel.pp " + std::to_string(c.pp) + " with --parallel.microbatches " +
+                      std::to_string(c.microbatches) + " leaves each stage idle about " + std::to_string(idle) +
+                      "% of every step, waiting for the others; --parallel.microbatches " + std::to_string(c.pp) +
+                      " or more (4 x --parallel.pp is usual) keeps the stages busy together");
+    }
     if (c.data != "synthetic")
       for (const char* flag : {"--data.samples", "--data.teacher_layers"})
         if (given(flag))

@@ -14,9 +14,12 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <iomanip>
 #include <limits>
 #include <sstream>
+#include <string>
+#include <utility>
 #include <vector>
 
 namespace tessera::train {
@@ -61,9 +64,30 @@ void TrainConfig::validate(int ranks) const {
   require(steps >= 0, "--train.steps must be >= 0");
   require(global_batch >= 1, "--train.batch must be >= 1");
   require(accum >= 1, "--train.accum must be >= 1");
-  require(global_batch % accum == 0, "--train.batch " + std::to_string(global_batch) + " does not split into " +
-                                         std::to_string(accum) + " micro-steps (--train.accum); choose a multiple of " +
-                                         std::to_string(accum) + " x the data-parallel ranks");
+  if (ranks > 0 && tp >= 1 && pp >= 1 && microbatches >= 1) {
+    // The batch splits into accum micro-steps over the data-parallel ranks (and, under a
+    // pipeline, micro-batches): the whole figure at once (it said "a multiple of 3 x the
+    // data-parallel ranks", then named the rest in a second refusal), in long double, since
+    // the product of flags up to 2^30 each wrapped to 0 in 64 bits and divided by it.
+    const long double dp = static_cast<long double>(ranks) / static_cast<long double>(model_ranks);
+    const long double pieces = dp * static_cast<long double>(accum) * (pp > 1 ? microbatches : 1);
+    const bool fits =
+        pieces <= static_cast<long double>(global_batch) && global_batch % static_cast<std::int64_t>(pieces) == 0;
+    char figure[64];
+    std::snprintf(figure, sizeof figure, "%.0Lf", pieces);
+    const auto dp_ranks = static_cast<long long>(dp);
+    require(fits, "--train.batch " + std::to_string(global_batch) + " does not divide across " +
+                      std::to_string(dp_ranks) +
+                      (dp_ranks == 1 ? " data-parallel rank x " : " data-parallel ranks x ") + std::to_string(accum) +
+                      (accum == 1 ? " micro-step" : " micro-steps") +
+                      (pp > 1 ? " x " + std::to_string(microbatches) + " pipeline micro-batches" : std::string()) +
+                      "; choose a multiple of " + figure);
+  } else {
+    require(global_batch % accum == 0, "--train.batch " + std::to_string(global_batch) + " does not split into " +
+                                           std::to_string(accum) +
+                                           " micro-steps (--train.accum); choose a multiple of " +
+                                           std::to_string(accum) + " x the data-parallel ranks");
+  }
   require(optimizer == "adamw" || optimizer == "sgd",
           "--optim.name '" + optimizer + "' is not an optimizer Tessera has; use adamw or sgd");
   require(!lr || *lr > 0, "--optim.lr must be > 0");
@@ -71,6 +95,11 @@ void TrainConfig::validate(int ranks) const {
           "--optim.momentum must be 0 or more and below 1 (0.9 is usual): at 1 or more the momentum buffer never "
           "forgets a gradient");
   require(synthetic_samples >= 1, "--data.samples must be >= 1");
+  // Before the task is made (its teacher's forward over every sample takes a while).
+  require(data != "synthetic" || synthetic_samples >= global_batch,
+          "the dataset has " + std::to_string(synthetic_samples) + (synthetic_samples == 1 ? " sample" : " samples") +
+              ", fewer than one batch (--train.batch " + std::to_string(global_batch) +
+              "); lower --train.batch or raise --data.samples");
   require(zero_stage >= 0 && zero_stage <= 3,
           "--parallel.zero " + std::to_string(zero_stage) + " is not a ZeRO stage; use 0 (DDP), 1, 2 or 3");
   require(zero.prefetch >= 0, "--zero.prefetch must be >= 0 layers");
@@ -110,10 +139,24 @@ void TrainConfig::validate(int ranks) const {
                          ", inside a pair; choose --model.layers " + choose);
     }
   }
-  require(tp == 1 || dim % static_cast<std::size_t>(tp) == 0,
-          "--parallel.tp " + std::to_string(tp) + " cuts every layer's " + std::to_string(dim) +
-              " features into equal blocks, and " + std::to_string(dim) + " does not divide by " + std::to_string(tp) +
-              "; choose --model.dim divisible by " + std::to_string(tp));
+  if (tp > 1 && dim % static_cast<std::size_t>(tp) != 0) {
+    // With a data file the width is the file's: the tensor-parallel sizes that fit it too.
+    std::string sizes;
+    int listed = 0;
+    for (int t = 2; t <= 64 && static_cast<std::size_t>(t) <= dim && listed < 4; ++t)
+      if (dim % static_cast<std::size_t>(t) == 0 && (ranks <= 0 || ranks % t == 0)) {
+        sizes += (listed ? ", " : "") + std::to_string(t);
+        ++listed;
+      }
+    require(false,
+            "--parallel.tp " + std::to_string(tp) + " cuts every layer's " + std::to_string(dim) +
+                " features into equal blocks, and " + std::to_string(dim) + " does not divide by " +
+                std::to_string(tp) + "; choose --model.dim divisible by " + std::to_string(tp) +
+                (data != "synthetic" ? " (padding the data file's columns with zeros)" : "") +
+                (sizes.empty() ? std::string()
+                               : ", or a --parallel.tp that divides " + std::to_string(dim) +
+                                     (ranks > 0 ? " and the " + std::to_string(ranks) + " ranks" : "") + ": " + sizes));
+  }
 }
 
 double TrainConfig::held_parameters(int stage) const {
@@ -158,7 +201,12 @@ TrainConfig::MemoryEstimate TrainConfig::estimate_memory(int ranks, int stage) c
       break;
     default:
       e.model = params / n * f * (2 + state);
-      e.working = (zero.prefetch + 1) * unit * f + 2 * unit * (f + wire);
+      // Gathered ahead: at most the layers there are (a prefetch of 100000 layers was counted
+      // as 100001 gathered ones).
+      e.working = std::min<double>(zero.prefetch + 1, pp > 1 ? parallel::stage_layers(layers, pp, stage).count
+                                                             : static_cast<double>(layers)) *
+                      unit * f +
+                  2 * unit * (f + wire);
       break;
   }
   if (dp <= 1 && zero_stage > 0) e.working = 0;  // one rank: nothing travels, nothing is gathered
@@ -221,9 +269,126 @@ MemoryBudget least_budget(comm::Communicator& comm, const MemoryBudget& mine) {
   if (owner[0] != 0) least_of_all.source = "rank " + std::to_string(owner[0]) + ": " + least_of_all.source;
   return least_of_all;
 }
+
+using Settings = std::vector<std::pair<std::string, std::string>>;  // (name, value)
+
+/// The settings every rank of a run must share, by the flag that sets each. Left out: those
+/// a rank may choose alone (whether to overlap), the memory cap (the ranks agree on the
+/// least), the data file's path (a node-local copy may lie elsewhere; its shape is compared
+/// once it is open), and those the run does not use.
+Settings shared_settings(const TrainConfig& c) {
+  const auto real = [](double v) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%g", v);
+    return std::string(text);
+  };
+  Settings s = {{"--model.layers", std::to_string(c.layers)},
+                {"--model.dim", std::to_string(c.dim)},
+                {"--train.steps", std::to_string(c.steps)},
+                {"--train.batch", std::to_string(c.global_batch)},
+                {"--train.accum", std::to_string(c.accum)},
+                {"--train.seed", std::to_string(c.seed)},
+                {"--optim.name", c.optimizer},
+                {"--optim.lr", c.lr ? real(*c.lr) : "its default"},
+                {"weight_decay", real(c.weight_decay)},
+                {"--data.source", c.data == "synthetic" ? "synthetic" : "an HDF5 file"},
+                {"--comm.grad_dtype", dtype_name(c.ddp.grad_dtype)},
+                {"--parallel.zero", std::to_string(c.zero_stage)},
+                {"--parallel.tp", std::to_string(c.tp)},
+                {"--parallel.pp", std::to_string(c.pp)}};
+  if (c.optimizer == "sgd") s.push_back({"--optim.momentum", real(c.momentum)});
+  if (c.data == "synthetic") {
+    s.push_back({"--data.samples", std::to_string(c.synthetic_samples)});
+    s.push_back({"--data.teacher_layers", std::to_string(c.teacher_layers)});
+  }
+  if (c.zero_stage == 0) {
+    s.push_back({"--comm.bucket_mb", real(c.ddp.bucket_mb)});
+    s.push_back({"first_bucket_mb", real(c.ddp.first_bucket_mb)});
+  } else {
+    s.push_back({"--zero.bucket_mb", real(c.zero.bucket_mb)});
+    s.push_back({"--zero.prefetch", std::to_string(c.zero.prefetch)});
+    s.push_back({"zero.align", std::to_string(c.zero.align)});
+  }
+  if (c.pp > 1) {
+    s.push_back({"--parallel.microbatches", std::to_string(c.microbatches)});
+    s.push_back({"--parallel.schedule", c.schedule});
+  }
+  return s;
+}
+
+/// `text` as rank `root` has it, on every rank of `comm` (collective).
+std::string text_of_rank(comm::Communicator& comm, const std::string& text, int root) {
+  std::int64_t length = static_cast<std::int64_t>(text.size());
+  comm.broadcast({&length, 1}, root);
+  std::vector<std::int32_t> chars(static_cast<std::size_t>(length), 0);
+  if (comm.rank() == root)
+    for (std::size_t i = 0; i < chars.size(); ++i) chars[i] = static_cast<unsigned char>(text[i]);
+  if (length > 0) comm.broadcast({chars.data(), chars.size()}, root);
+  std::string out(chars.size(), '\0');
+  for (std::size_t i = 0; i < chars.size(); ++i) out[i] = static_cast<char>(chars[i]);
+  return out;
+}
+
+/// Collective: throws the same ConfigError on every rank unless every rank of `comm` has the
+/// same `mine`, naming the first that differs from rank 0's, and how; `what` says whose
+/// ("settings", "data"), `hint` where a difference may come from. Ranks that were given
+/// different settings (a config file or a dataset on node-local disk that differs between
+/// nodes) trained apart in silence, or waited in a collective the others never called.
+void require_alike(comm::Communicator& comm, const Settings& mine, const std::string& what, const std::string& hint) {
+  if (comm.size() == 1) return;
+  std::string text;
+  for (const auto& [name, value] : mine) text += name + "\t" + value + "\n";
+  std::uint64_t hash = 1469598103934665603ull;  // FNV-1a
+  for (const unsigned char ch : text) hash = (hash ^ ch) * 1099511628211ull;
+  const auto h = static_cast<std::int64_t>(hash);
+  std::vector<std::int64_t> all(static_cast<std::size_t>(comm.size()));
+  comm.all_gather({&h, 1}, {all.data(), all.size()});
+  std::vector<int> differ;
+  for (int r = 1; r < comm.size(); ++r)
+    if (all[static_cast<std::size_t>(r)] != all[0]) differ.push_back(r);
+  if (differ.empty()) return;
+  const auto parse = [](const std::string& t) {
+    Settings s;
+    std::istringstream in(t);
+    std::string line;
+    while (std::getline(in, line)) {
+      const auto tab = line.find('\t');
+      s.push_back({line.substr(0, tab), tab == std::string::npos ? "" : line.substr(tab + 1)});
+    }
+    return s;
+  };
+  const int other = differ.front();
+  const Settings first = parse(text_of_rank(comm, text, 0)), theirs = parse(text_of_rank(comm, text, other));
+  std::string how;
+  for (const auto& [name, value] : theirs) {
+    const auto at = std::find_if(first.begin(), first.end(), [&](const auto& s) { return s.first == name; });
+    const std::string zero_has = at == first.end() ? "none (it is not used there)" : at->second;
+    if (at != first.end() && at->second == value) continue;
+    how = "rank " + std::to_string(other) + " has " + name + " " + value + " where rank 0 has " + zero_has;
+    break;
+  }
+  if (how.empty())  // a setting rank 0 has and rank `other` does not use
+    for (const auto& [name, value] : first)
+      if (std::none_of(theirs.begin(), theirs.end(), [&](const auto& s) { return s.first == name; })) {
+        how = "rank 0 has " + name + " " + value + " where rank " + std::to_string(other) + " does not use it";
+        break;
+      }
+  std::string also;
+  if (differ.size() > 1) {
+    also = " (ranks differing from rank 0: ";
+    for (std::size_t i = 0; i < differ.size() && i < 8; ++i) also += (i ? ", " : "") + std::to_string(differ[i]);
+    also += differ.size() > 8 ? ", ...)" : ")";
+  }
+  throw ConfigError("the ranks were not given the same " + what + ": " + how + also + "; " + hint);
+}
 }  // namespace
 
 Trainer::Trainer(TrainConfig config, comm::Communicator& comm) : config_(std::move(config)), comm_(comm) {
+  // Compared first: a rank whose settings differ is named on every rank, before a check of
+  // one rank's own values could stop it alone.
+  require_alike(comm, shared_settings(config_), "settings",
+                "give every rank the same (is --config a file on each node, and one of them another? a flag given to "
+                "some ranks only?)");
   config_.validate(comm.size());
   kernels::check_host_isa_setting(comm.rank() == 0);
   kernels::check_gemm_bias_epilogue_setting(comm.rank() == 0);
@@ -289,21 +454,44 @@ Trainer::Trainer(TrainConfig config, comm::Communicator& comm) : config_(std::mo
         instead = "; ZeRO stage " + std::to_string(stage) + " (--parallel.zero " + std::to_string(stage) +
                   ") would need about " + gb(total);
     }
-    throw ConfigError(
-        "this run needs about " + gb(need.total(), extra) + " per rank with " + strategy +
-        " (parameters, gradients and " + config_.optimizer + " state of " + held_layers + ": " + gb(need.model) +
-        (need.working > 0 ? "; communication buffers: " + gb(need.working) : std::string()) + "; activations: " +
-        gb(need.activations) + (need.data > 0 ? "; synthetic data and its teacher: " + gb(need.data) : std::string()) +
-        "), and a rank has about " + gb(have.bytes, extra) + " (" + have.source + ")" + instead +
-        "; lower --model.dim, --model.layers, --train.batch or --data.samples, " +
-        (have.source.find("--zero.max_rank_bytes") != std::string::npos ? std::string("or raise --zero.max_rank_bytes")
-                                                                        : std::string("or run fewer ranks per node")));
+    // What would help: a data file fixes the width and has no --data.samples; stage 3's
+    // layers gathered ahead; the GPU's memory is shared by the ranks on that GPU, not the node.
+    std::string lower = config_.data == "synthetic"
+                            ? "lower --model.dim, --model.layers, --train.batch or --data.samples"
+                            : "lower --model.layers or --train.batch (the data file sets "
+                              "--model.dim)";
+    if (config_.zero_stage == 3 && config_.zero.prefetch > 0 && need.working > 0) lower += ", or --zero.prefetch";
+    const bool gpu = have.source.find("on its GPU") != std::string::npos;
+    const std::string or_else = have.source.find("--zero.max_rank_bytes") != std::string::npos
+                                    ? "or raise --zero.max_rank_bytes"
+                                : !gpu ? "or run fewer ranks per node"
+                                : have.source.find("shared by 1 rank") != std::string::npos
+                                    ? "or cut the model over more GPUs (--parallel.tp, --parallel.pp, --parallel.zero)"
+                                    : "or run fewer ranks per GPU";
+    throw ConfigError("this run needs about " + gb(need.total(), extra) + " per rank with " + strategy +
+                      " (parameters, gradients and " + config_.optimizer + " state of " + held_layers + ": " +
+                      gb(need.model) +
+                      (need.working > 0 ? "; communication buffers: " + gb(need.working) : std::string()) +
+                      "; activations: " + gb(need.activations) +
+                      (need.data > 0 ? "; synthetic data and its teacher: " + gb(need.data) : std::string()) +
+                      "), and a rank has about " + gb(have.bytes, extra) + " (" + have.source + ")" + instead + "; " +
+                      lower + ", " + or_else);
   }
   dataset_ =
       config_.data == "synthetic"
           ? data::make_teacher_student(config_.synthetic_samples, config_.dim,
                                        config_.teacher_layers ? config_.teacher_layers : config_.layers, config_.seed)
           : data::open_hdf5(config_.data);
+  // The synthetic task follows from the settings compared above; a file may differ by node.
+  if (config_.data != "synthetic") {
+    const std::string shape = std::to_string(dataset_->size()) + " samples, " + std::to_string(dataset_->input_dim()) +
+                              " input features, " +
+                              (dataset_->has_labels() ? std::to_string(dataset_->classes()) + " classes"
+                                                      : std::to_string(dataset_->target_dim()) + " targets");
+    // The same words on every rank (the path may differ by node).
+    require_alike(comm, {{"a data file of", shape}}, "data",
+                  "is --data.source a copy on each node, and one of them another file? Give every rank the same data");
+  }
   // Every layer of the MLP is as wide as its input: inputs and targets must both be dim wide.
   const bool targets_fit_inputs = dataset_->has_labels()
                                       ? dataset_->classes() <= static_cast<std::int64_t>(dataset_->input_dim())

@@ -357,6 +357,28 @@ TEST(DDP, BadLayoutsAreConfigErrors) {
   }
   c.global_batch = 24;
   c.accum = 5;
-  EXPECT_THROW_WITH(train::Trainer(c, world()), ConfigError, "does not split into 5 micro-steps");
+  // With the ranks known, the whole figure in one refusal (it was "a multiple of 5 x the
+  // data-parallel ranks", and then a second refusal gave the number).
+  const int p = world().size();
+  EXPECT_THROW_WITH(train::Trainer(c, world()), ConfigError,
+                    "--train.batch 24 does not divide across " + std::to_string(p) +
+                        (p == 1 ? " data-parallel rank" : " data-parallel ranks") +
+                        " x 5 micro-steps; choose a multiple of " + std::to_string(5 * p));
+  EXPECT_THROW_WITH(c.validate(), ConfigError, "does not split into 5 micro-steps");
+  // Fewer synthetic samples than a batch: refused before the task is made (after it, once its
+  // teacher had run over every sample).
+  c.accum = 1;
+  c.synthetic_samples = 8;
+  EXPECT_THROW_WITH(c.validate(), ConfigError,
+                    "the dataset has 8 samples, fewer than one batch (--train.batch 24); lower --train.batch or raise "
+                    "--data.samples");
+  c.synthetic_samples = 4096;
+  // Sizes whose product wraps around in 64 bits: 4 ranks x 2^62 micro-steps is 2^64, which
+  // was 0, and the Trainer divided by it (a floating-point exception on every rank).
+  c.global_batch = 1LL << 62;
+  c.accum = 1LL << 62;
+  EXPECT_THROW_WITH(c.validate(4), ConfigError,
+                    "--train.batch 4611686018427387904 does not divide across 4 data-parallel ranks x "
+                    "4611686018427387904 micro-steps; choose a multiple of 18446744073709551616");
 }
 }  // namespace

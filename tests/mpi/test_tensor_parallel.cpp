@@ -210,6 +210,16 @@ TEST(TensorParallelTraining, LayoutsThatCannotRunAreConfigErrors) {
   c.tp = 4;
   c.dim = 10;
   EXPECT_THROW_WITH(c.validate(), ConfigError, "10 does not divide by 4; choose --model.dim divisible by 4");
+  // The sizes that would fit, the ranks' too where they are known; with a data file, whose
+  // width --model.dim must be, the way to change the width (it advised --model.dim 12, and
+  // then the file's 10).
+  EXPECT_THROW_WITH(c.validate(), ConfigError, "divisible by 4, or a --parallel.tp that divides 10: 2, 5, 10");
+  c.data = "digits.h5";
+  EXPECT_THROW_WITH(c.validate(8), ConfigError,
+                    "--parallel.tp 4 cuts every layer's 10 features into equal blocks, and 10 does not divide by 4; "
+                    "choose --model.dim divisible by 4 (padding the data file's columns with zeros), or a "
+                    "--parallel.tp that divides 10 and the 8 ranks: 2");
+  c.data = "synthetic";
   if (world().size() % 4 == 0)
     EXPECT_THROW_WITH(train::Trainer(c, world()), ConfigError,
                       "10 does not divide by 4; choose --model.dim divisible by 4");

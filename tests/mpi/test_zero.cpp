@@ -168,6 +168,19 @@ TEST(Zero, Bfloat16GradientsTrainCloseToTheSingleProcessRun) {
 // What a rank keeps, from its allocations, against the paper's formulas for fp32 AdamW with
 // psi parameters: DDP 16 psi, stage 1 8 psi + 8 shard, stage 2 4 psi + 12 shard, stage 3
 // 16 shard, where shard is this rank's part as the partition cuts it.
+// Stage 3 gathers ahead at most the layers there are: a prefetch of 100000 layers was counted
+// as 100001 gathered ones, and a model that fits was refused as needing terabytes.
+TEST(Zero, TheEstimateGathersAheadNoMoreLayersThanThereAre) {
+  auto c = small_config();
+  c.zero_stage = 3;
+  c.zero.prefetch = static_cast<int>(c.layers) - 1;
+  const double all_layers = c.estimate_memory(4).working;
+  c.zero.prefetch = 100000;
+  EXPECT_EQ(c.estimate_memory(4).working, all_layers);
+  c.zero.prefetch = 0;
+  EXPECT_LT(c.estimate_memory(4).working, all_layers);
+}
+
 TEST(Zero, ModelStateBytesFollowTheFormulaOfEachStage) {
   auto c = small_config();
   c.steps = 1;
