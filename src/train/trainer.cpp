@@ -360,19 +360,17 @@ void require_alike(comm::Communicator& comm, const Settings& mine, const std::st
   const int other = differ.front();
   const Settings first = parse(text_of_rank(comm, text, 0)), theirs = parse(text_of_rank(comm, text, other));
   std::string how;
-  for (const auto& [name, value] : theirs) {
-    const auto at = std::find_if(first.begin(), first.end(), [&](const auto& s) { return s.first == name; });
-    const std::string zero_has = at == first.end() ? "none (it is not used there)" : at->second;
-    if (at != first.end() && at->second == value) continue;
-    how = "rank " + std::to_string(other) + " has " + name + " " + value + " where rank 0 has " + zero_has;
+  // The first setting of rank `other` that rank 0 has otherwise. (Which settings a rank
+  // uses follows from those listed first, which both have: one of those differs first.)
+  for (const auto& setting : theirs) {
+    const auto at =
+        std::find_if(first.begin(), first.end(), [&setting](const auto& s) { return s.first == setting.first; });
+    if (at == first.end() || at->second == setting.second) continue;
+    how = "rank " + std::to_string(other) + " has " + setting.first + " " + setting.second + " where rank 0 has " +
+          at->second;
     break;
   }
-  if (how.empty())  // a setting rank 0 has and rank `other` does not use
-    for (const auto& [name, value] : first)
-      if (std::none_of(theirs.begin(), theirs.end(), [&](const auto& s) { return s.first == name; })) {
-        how = "rank 0 has " + name + " " + value + " where rank " + std::to_string(other) + " does not use it";
-        break;
-      }
+  if (how.empty()) how = "rank " + std::to_string(other) + "'s differ from rank 0's";
   std::string also;
   if (differ.size() > 1) {
     also = " (ranks differing from rank 0: ";

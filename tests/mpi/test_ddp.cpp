@@ -349,6 +349,27 @@ TEST(DDP, ADivergedStepStopsEveryRankAndTheTrainerStepsNoMore) {
   EXPECT_EQ(t.steps_done(), failed_at - 1) << "a refused step must not count";
 }
 
+// Settings that differ between ranks are named on every rank, with the ranks that differ
+// from rank 0 where there are several (they trained apart in silence).
+TEST(DDP, RanksGivenDifferentSettingsAreToldOnEveryRank) {
+  const int p = world().size();
+  if (p < 2) GTEST_SKIP() << "needs a second rank to differ";
+  auto c = small_config();
+  c.seed = world().rank() == 0 ? 1 : 2;
+  std::string differ;
+  for (int r = 1; r < p; ++r) differ += (r > 1 ? ", " : "") + std::to_string(r);
+  EXPECT_THROW_WITH(train::Trainer(c, world()), ConfigError,
+                    "the ranks were not given the same settings: rank 1 has --train.seed 2 where rank 0 has 1" +
+                        (p > 2 ? " (ranks differing from rank 0: " + differ + ")" : std::string()) +
+                        "; give every rank the same");
+  // Only rank 1 differs, in a later setting: it alone is named.
+  c.seed = 1;
+  c.optimizer = world().rank() == 1 ? "sgd" : "adamw";
+  EXPECT_THROW_WITH(train::Trainer(c, world()), ConfigError,
+                    "the ranks were not given the same settings: rank 1 has --optim.name sgd where rank 0 has adamw; "
+                    "give every rank the same");
+}
+
 TEST(DDP, BadLayoutsAreConfigErrors) {
   auto c = small_config();
   c.global_batch = 25;
