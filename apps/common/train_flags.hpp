@@ -203,11 +203,13 @@ struct TrainFlags {
     // Fewer micro-batches than stages: each stage waits for the others most of the step (the
     // pipeline's bubble, (pp - 1) / (microbatches + pp - 1) of it), which speeds nothing up.
     if (c.pp > 1 && c.microbatches < c.pp) {
-      const int idle = static_cast<int>(std::lround(100.0 * (c.pp - 1) / (c.microbatches + c.pp - 1)));
+      const auto idle = [&](int m) {
+        return std::to_string(static_cast<int>(std::lround(100.0 * (c.pp - 1) / (m + c.pp - 1)))) + "%";
+      };
       notes.push_back("--parallel.pp " + std::to_string(c.pp) + " with --parallel.microbatches " +
-                      std::to_string(c.microbatches) + " leaves each stage idle about " + std::to_string(idle) +
-                      "% of every step, waiting for the others; --parallel.microbatches " + std::to_string(c.pp) +
-                      " or more (4 x --parallel.pp is usual) keeps the stages busy together");
+                      std::to_string(c.microbatches) + " leaves each stage idle about " + idle(c.microbatches) +
+                      " of every step, waiting for the others; --parallel.microbatches " + std::to_string(4 * c.pp) +
+                      " (4 x --parallel.pp, as is usual) would leave about " + idle(4 * c.pp));
     }
     if (c.data != "synthetic")
       for (const char* flag : {"--data.samples", "--data.teacher_layers"})

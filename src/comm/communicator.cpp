@@ -316,7 +316,7 @@ class CommState {
     // rendezvous), so a communicator named "" is named for the messages.
     if (options.name.empty()) options.name = "(unnamed)";
     progress.name = options.name;
-    tessera::detail::note_comm_timeout(options.timeout);  // the end of the job waits as long
+    tessera::detail::note_comm_timeout(id, options.timeout);  // the end of the job waits as long
     Watchdog::instance().add(id, &progress);
     device = tessera::detail::current_device();
   }
@@ -1614,7 +1614,7 @@ void Communicator::set_timeout(std::chrono::milliseconds timeout) {
     throw ConfigError("tessera::comm::set_timeout: " + std::to_string(timeout.count()) +
                       " ms is negative; give a duration > 0, or 0 to wait forever");
   state_->timeout_ms.store(timeout.count(), std::memory_order_relaxed);
-  tessera::detail::note_comm_timeout(timeout);
+  tessera::detail::note_comm_timeout(state_->id, timeout);
 }
 bool Communicator::check_enabled() const noexcept { return state_->options.check; }
 void Communicator::set_check(bool enabled) {

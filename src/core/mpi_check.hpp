@@ -6,6 +6,7 @@
 #include <mpi.h>
 
 #include <chrono>
+#include <cstdint>
 #include <string>
 
 #include <tessera/core/error.hpp>
@@ -19,10 +20,11 @@ MPI_Comm control_comm();
 /// which would wait for it too, and the process can exit.
 void note_communication_failure() noexcept;
 bool communication_failed() noexcept;
-/// Records a communicator's timeout (zero: none), as it was made or set: the end of the job
-/// waits for every rank as long as the longest of them (TESSERA_COMM_TIMEOUT's where the job
-/// made none), so that a timeout set in code or by an app's flag holds there too.
-void note_comm_timeout(std::chrono::milliseconds timeout) noexcept;
+/// Records the timeout of communicator `comm_id` (zero: none), as it is made or set: the end
+/// of the job waits for every rank as long as the longest of the communicators' last ones
+/// (TESSERA_COMM_TIMEOUT's where the job made none), so that a timeout set in code or by an
+/// app's flag holds there too.
+void note_comm_timeout(std::uint64_t comm_id, std::chrono::milliseconds timeout) noexcept;
 
 /// "MPI_ERR_TRUNCATE: message truncated" for an MPI error code.
 std::string mpi_error_string(int code);

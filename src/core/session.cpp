@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include <tessera/core/memory.hpp>
@@ -67,10 +68,11 @@ namespace {
 std::atomic<Session*> g_session{nullptr};
 MPI_Comm g_control = MPI_COMM_NULL;
 std::atomic<bool> g_comm_failed{false};
-// The longest timeout of the job's communicators (note_comm_timeout): -1 while none was
-// noted, 0 once one waits forever.
-std::atomic<long long> g_comm_timeout_ms{-1};
-std::atomic<bool> g_comm_forever{false};
+// Each communicator's timeout as last made or set (note_comm_timeout), by its id: the end of
+// the job waits as long as the longest (a communicator set to wait forever around a long
+// write, and set back, counts as set back).
+std::mutex g_comm_timeouts_mutex;
+std::unordered_map<std::uint64_t, long long> g_comm_timeouts;
 std::mutex g_finalizers_mutex;
 std::vector<std::function<void()>> g_finalizers;
 
@@ -146,10 +148,15 @@ constexpr int kTextsTag = 7400;       // on the control communicator
 /// from 1 to 10 s.
 std::chrono::milliseconds finalize_timeout() {
   std::chrono::milliseconds limit = std::chrono::minutes(10);
-  if (g_comm_forever.load()) {
-    limit = std::chrono::milliseconds(0);
-  } else if (const long long noted = g_comm_timeout_ms.load(); noted >= 0) {
-    limit = std::chrono::milliseconds(noted);
+  std::unique_lock<std::mutex> lock(g_comm_timeouts_mutex);
+  if (!g_comm_timeouts.empty()) {
+    long long longest = 0;
+    bool forever = false;
+    for (const auto& [id, ms] : g_comm_timeouts) {
+      forever = forever || ms <= 0;
+      longest = std::max(longest, ms);
+    }
+    limit = std::chrono::milliseconds(forever ? 0 : longest);
   } else if (const char* text = std::getenv("TESSERA_COMM_TIMEOUT"); text != nullptr && *text != '\0') {
     char* end = nullptr;
     const double seconds = std::strtod(text, &end);
@@ -172,13 +179,11 @@ MPI_Comm control_comm() {
 }
 void note_communication_failure() noexcept { g_comm_failed.store(true); }
 bool communication_failed() noexcept { return g_comm_failed.load(); }
-void note_comm_timeout(std::chrono::milliseconds timeout) noexcept {
-  if (timeout.count() <= 0) {
-    g_comm_forever.store(true);
-    return;
-  }
-  long long longest = g_comm_timeout_ms.load();
-  while (longest < timeout.count() && !g_comm_timeout_ms.compare_exchange_weak(longest, timeout.count())) {
+void note_comm_timeout(std::uint64_t comm_id, std::chrono::milliseconds timeout) noexcept {
+  try {
+    const std::lock_guard<std::mutex> lock(g_comm_timeouts_mutex);
+    g_comm_timeouts[comm_id] = timeout.count();
+  } catch (...) {  // out of memory: the end of the job keeps the limit it had
   }
 }
 

@@ -2,6 +2,7 @@
 #include <tessera/parallel/zero.hpp>
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/clock.hpp"
 #include "core/range.hpp"
@@ -100,7 +101,8 @@ ZeroDataParallel::ZeroDataParallel(nn::Module& model, nn::ParameterStore& store,
                       " does not exist; use 1, 2 or 3 (--parallel.zero 0 is DDP)");
   if (options.prefetch < 0)
     throw ConfigError("--zero.prefetch " + std::to_string(options.prefetch) + " is negative; use 0 or more layers");
-  if (!(options.bucket_mb > 0)) throw ConfigError("--zero.bucket_mb must be > 0 MiB");
+  if (!(options.bucket_mb > 0 && std::isfinite(options.bucket_mb)))
+    throw ConfigError("--zero.bucket_mb must be > 0 MiB (and finite)");
   if (options.align < 1)
     throw ConfigError(
         "ZeRO: the shards' alignment (ZeroOptions::align) is 0; give 1 or more elements (64, the default, "

@@ -103,7 +103,7 @@ void TrainConfig::validate(int ranks) const {
   require(zero_stage >= 0 && zero_stage <= 3,
           "--parallel.zero " + std::to_string(zero_stage) + " is not a ZeRO stage; use 0 (DDP), 1, 2 or 3");
   require(zero.prefetch >= 0, "--zero.prefetch must be >= 0 layers");
-  require(zero.bucket_mb > 0, "--zero.bucket_mb must be > 0 MiB");
+  require(zero.bucket_mb > 0 && std::isfinite(zero.bucket_mb), "--zero.bucket_mb must be > 0 MiB");
   require(max_rank_bytes >= 0, "--zero.max_rank_bytes must be >= 0 (0: no limit of its own)");
   require(tp >= 1, "--parallel.tp must be >= 1");
   require(pp >= 1, "--parallel.pp must be >= 1");
@@ -144,18 +144,20 @@ void TrainConfig::validate(int ranks) const {
     std::string sizes;
     int listed = 0;
     for (int t = 2; t <= 64 && static_cast<std::size_t>(t) <= dim && listed < 4; ++t)
-      if (dim % static_cast<std::size_t>(t) == 0 && (ranks <= 0 || ranks % t == 0)) {
+      if (dim % static_cast<std::size_t>(t) == 0 && (ranks <= 0 || ranks % (static_cast<long long>(t) * pp) == 0)) {
         sizes += (listed ? ", " : "") + std::to_string(t);
         ++listed;
       }
-    require(false,
-            "--parallel.tp " + std::to_string(tp) + " cuts every layer's " + std::to_string(dim) +
-                " features into equal blocks, and " + std::to_string(dim) + " does not divide by " +
-                std::to_string(tp) + "; choose --model.dim divisible by " + std::to_string(tp) +
-                (data != "synthetic" ? " (padding the data file's columns with zeros)" : "") +
-                (sizes.empty() ? std::string()
-                               : ", or a --parallel.tp that divides " + std::to_string(dim) +
-                                     (ranks > 0 ? " and the " + std::to_string(ranks) + " ranks" : "") + ": " + sizes));
+    require(false, "--parallel.tp " + std::to_string(tp) + " cuts every layer's " + std::to_string(dim) +
+                       " features into equal blocks, and " + std::to_string(dim) + " does not divide by " +
+                       std::to_string(tp) + "; choose --model.dim divisible by " + std::to_string(tp) +
+                       (data != "synthetic" ? " (padding the data file's columns with zeros)" : "") +
+                       (sizes.empty() ? std::string()
+                                      : ", or a --parallel.tp that divides " + std::to_string(dim) +
+                                            (ranks > 0 ? " and the " + std::to_string(ranks) + " ranks" +
+                                                             (pp > 1 ? " over --parallel.pp " + std::to_string(pp) : "")
+                                                       : std::string()) +
+                                            ": " + sizes));
   }
 }
 
@@ -279,7 +281,7 @@ using Settings = std::vector<std::pair<std::string, std::string>>;  // (name, va
 Settings shared_settings(const TrainConfig& c) {
   const auto real = [](double v) {
     char text[32];
-    std::snprintf(text, sizeof text, "%g", v);
+    std::snprintf(text, sizeof text, "%.9g", v);  // a float's every digit: 1e-3 and 1.0000001e-3 differ
     return std::string(text);
   };
   Settings s = {{"--model.layers", std::to_string(c.layers)},
@@ -379,6 +381,28 @@ void require_alike(comm::Communicator& comm, const Settings& mine, const std::st
   }
   throw ConfigError("the ranks were not given the same " + what + ": " + how + also + "; " + hint);
 }
+
+/// Collective: config.validate() on every rank, with one outcome everywhere. A setting that
+/// some ranks refuse (their settings differ in one the comparison leaves out, as unused)
+/// stops the others too, in that rank's words, where they waited in the next collective.
+void validate_together(const TrainConfig& config, comm::Communicator& comm) {
+  std::string refused;
+  try {
+    config.validate(comm.size());
+  } catch (const ConfigError& e) {
+    refused = e.message();
+  }
+  if (comm.size() == 1) {
+    if (!refused.empty()) throw ConfigError(refused);
+    return;
+  }
+  std::int32_t first = refused.empty() ? comm.size() : comm.rank();
+  comm.all_reduce({&first, 1}, comm::ReduceOp::Min);
+  if (first == comm.size()) return;
+  const std::string words = text_of_rank(comm, refused, first);
+  if (refused == words) throw ConfigError(refused);  // every rank that refused alike says it once
+  throw ConfigError("rank " + std::to_string(first) + " refused its settings: " + words);
+}
 }  // namespace
 
 Trainer::Trainer(TrainConfig config, comm::Communicator& comm) : config_(std::move(config)), comm_(comm) {
@@ -387,7 +411,7 @@ Trainer::Trainer(TrainConfig config, comm::Communicator& comm) : config_(std::mo
   require_alike(comm, shared_settings(config_), "settings",
                 "give every rank the same (is --config a file on each node, and one of them another? a flag given to "
                 "some ranks only?)");
-  config_.validate(comm.size());
+  validate_together(config_, comm);
   kernels::check_host_isa_setting(comm.rank() == 0);
   kernels::check_gemm_bias_epilogue_setting(comm.rank() == 0);
   const int model_ranks = config_.tp * config_.pp;  // ranks that hold one replica of the model

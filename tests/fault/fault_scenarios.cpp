@@ -50,6 +50,10 @@
 //                      rank 0. The end of the job must wait as long as that communicator
 //                      would (it waited TESSERA_COMM_TIMEOUT's 2 s and left without
 //                      MPI_Finalize, and the launcher killed rank 1).
+// timeout_set_back:    a communicator set to wait forever (around a long write) and set back
+//                      to TESSERA_COMM_TIMEOUT's 2 s; rank 1 then stops before the end. Rank
+//                      0 must leave the end of the job after 2 s (it waited forever: the
+//                      longest timeout ever set counted, not each communicator's last).
 #include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -324,6 +328,17 @@ int slow_to_finish(comm::Communicator& c) {
   return 0;
 }
 
+int timeout_set_back(comm::Communicator& c) {
+  const auto limit = c.timeout();
+  c.set_timeout(std::chrono::milliseconds(0));
+  c.barrier();  // the long write
+  c.set_timeout(limit);
+  c.barrier();
+  if (c.rank() == 1) raise(SIGSTOP);  // never continued: it never reaches the end
+  say(c.rank(), "reached the end of the job");
+  return 0;
+}
+
 int main(int argc, char** argv) {
   Session session(argc, argv);
   const std::string scenario = argc > 1 ? argv[1] : "";
@@ -359,6 +374,7 @@ int main(int argc, char** argv) {
   if (scenario == "set_up_fails_alone") return set_up_fails_alone(c->rank());
   if (scenario == "timeout_set_in_code") return timeout_set_in_code(*c);
   if (scenario == "slow_to_finish") return slow_to_finish(*c);
+  if (scenario == "timeout_set_back") return timeout_set_back(*c);
   if (scenario == "stop_in_split_set_up") return stop_in_set_up(c->rank(), "split", [&] { c->split(0, c->rank()); });
   std::fprintf(stderr, "unknown scenario '%s'\n", scenario.c_str());
   return 2;

@@ -362,6 +362,14 @@ TEST(DDP, RanksGivenDifferentSettingsAreToldOnEveryRank) {
                     "the ranks were not given the same settings: rank 1 has --train.seed 2 where rank 0 has 1" +
                         (p > 2 ? " (ranks differing from rank 0: " + differ + ")" : std::string()) +
                         "; give every rank the same");
+  // A setting the comparison leaves out as unused (momentum under adamw) that one rank refuses:
+  // every rank stops, in its words (the others waited in the next collective).
+  c.seed = 1;
+  c.momentum = world().rank() == 1 ? 1.5f : 0.0f;
+  EXPECT_THROW_WITH(train::Trainer(c, world()), ConfigError,
+                    std::string(world().rank() == 1 ? "" : "rank 1 refused its settings: ") +
+                        "--optim.momentum must be 0 or more and below 1");
+  c.momentum = 0.0f;
   // Only rank 1 differs, in a later setting: it alone is named.
   c.seed = 1;
   c.optimizer = world().rank() == 1 ? "sgd" : "adamw";

@@ -4,7 +4,9 @@
 // the same parameters.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include <tessera/nn/layers.hpp>
@@ -223,6 +225,19 @@ TEST(TensorParallelTraining, LayoutsThatCannotRunAreConfigErrors) {
   if (world().size() % 4 == 0)
     EXPECT_THROW_WITH(train::Trainer(c, world()), ConfigError,
                       "10 does not divide by 4; choose --model.dim divisible by 4");
+  // Sizes that fit the ranks a pipeline leaves each stage: 12 ranks over 2 stages take tp 2,
+  // not 4 (which divides 12, and was advised).
+  c.tp = 3;
+  c.pp = 2;
+  c.layers = 4;
+  c.dim = 20;
+  try {
+    c.validate(12);
+    ADD_FAILURE() << "a width of 20 was taken with --parallel.tp 3";
+  } catch (const ConfigError& e) {
+    const std::string want = "or a --parallel.tp that divides 20 and the 12 ranks over --parallel.pp 2: 2";
+    EXPECT_EQ(e.message().substr(e.message().size() - std::min(e.message().size(), want.size())), want) << e.message();
+  }
 }
 
 TEST(TensorParallelTraining, TheLayoutNamesEachGroupsRanks) {

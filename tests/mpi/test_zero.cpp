@@ -5,8 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <vector>
 
+#include <tessera/checkpoint/model_file.hpp>
 #include <tessera/tessera.hpp>
 #include <tessera/train/trainer.hpp>
 
@@ -414,6 +416,18 @@ TEST(Zero, AStepOutOfOrderIsRefused) {
   }
 }
 
+// A save of a store without memory is refused on every rank before any collective: rank 0
+// alone failed (Kokkos' "extents of views don't match"), and the other ranks waited at the
+// save's broadcast until the timeout.
+TEST(Zero, ASaveOfAStoreWithoutMemoryStopsEveryRank) {
+  if (!build_info().hdf5) GTEST_SKIP() << "model files need HDF5";
+  nn::ParameterStore bare;
+  nn::MLP model(bare, 2, 8);
+  EXPECT_THROW_WITH(checkpoint::save_model("never_written.h5", bare, world()), CheckpointError,
+                    "its parameters have no memory yet");
+  world().barrier();  // every rank got here: none was left in the save
+}
+
 TEST(Zero, BadSettingsAreConfigErrorsBeforeAnythingRuns) {
   auto c = small_config();
   c.zero_stage = 4;
@@ -424,5 +438,7 @@ TEST(Zero, BadSettingsAreConfigErrorsBeforeAnythingRuns) {
   c.zero.prefetch = 1;
   c.zero.bucket_mb = 0;
   EXPECT_THROW_WITH(train::Trainer(c, world()), ConfigError, "--zero.bucket_mb");
+  c.zero.bucket_mb = std::numeric_limits<double>::infinity();  // passed `> 0`
+  EXPECT_THROW_WITH(train::Trainer(c, world()), ConfigError, "--zero.bucket_mb must be > 0 MiB");
 }
 }  // namespace

@@ -406,12 +406,9 @@ std::string contents(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
-// A save whose data cannot be flushed to the disk (the error a full NFS file system gives only
-// then) fails and leaves the user's file as it was, and no copy beside it; once the disk takes
-// the data, the new file replaces the old one.
 // A store whose parameters have no memory yet (a model built, the strategy not yet made):
 // rank 0 alone failed with Kokkos' "extents of views don't match", and the other ranks of a
-// save waited for it until the timeout.
+// save waited for it until the timeout (the ZeRO suite runs the save on several ranks).
 TEST(ModelFile, AStoreWithoutMemoryIsRefusedOnEveryRankBeforeAnyCollective) {
   auto comm = comm::Communicator::create(comm::Backend::Mpi);
   nn::ParameterStore bare;
@@ -434,6 +431,9 @@ TEST(ModelFile, AStoreWithoutMemoryIsRefusedOnEveryRankBeforeAnyCollective) {
   std::filesystem::remove(path);
 }
 
+// A save whose data cannot be flushed to the disk (the error a full NFS file system gives only
+// then) fails and leaves the user's file as it was, and no copy beside it; once the disk takes
+// the data, the new file replaces the old one.
 TEST(ModelFile, ASaveTheDiskDoesNotTakeLeavesTheUsersFileAsItWas) {
   auto comm = comm::Communicator::create(comm::Backend::Mpi);
   nn::ParameterStore a;
