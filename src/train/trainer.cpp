@@ -205,10 +205,11 @@ TrainConfig::MemoryEstimate TrainConfig::estimate_memory(int ranks, int stage) c
       e.model = params / n * f * (2 + state);
       // Gathered ahead: at most the layers there are (a prefetch of 100000 layers was counted
       // as 100001 gathered ones).
-      e.working = std::min<double>(zero.prefetch + 1, pp > 1 ? parallel::stage_layers(layers, pp, stage).count
-                                                             : static_cast<double>(layers)) *
-                      unit * f +
-                  2 * unit * (f + wire);
+      e.working =
+          std::min<double>(static_cast<double>(zero.prefetch) + 1,
+                           pp > 1 ? parallel::stage_layers(layers, pp, stage).count : static_cast<double>(layers)) *
+              unit * f +
+          2 * unit * (f + wire);
       break;
   }
   if (dp <= 1 && zero_stage > 0) e.working = 0;  // one rank: nothing travels, nothing is gathered

@@ -36,8 +36,9 @@ class Optimizer {
   void run_on(const Kokkos::DefaultExecutionSpace& space) { space_ = space; }
   virtual std::size_t size() const noexcept = 0;
   virtual float lr() const noexcept = 0;
-  /// The learning rate of the steps begun after it; throws ConfigError unless it is a finite
-  /// number >= 0 (a schedule that divides by a warm-up of 0 steps gives NaN).
+  /// Sets the learning rate (AdamW's bias-corrected step size takes it at the next
+  /// begin_step(), as a schedule sets it between steps); throws ConfigError unless it is a
+  /// finite number >= 0 (a schedule that divides by a warm-up of 0 steps gives NaN).
   virtual void set_lr(float lr) = 0;
   /// Bytes of optimizer state this rank holds.
   virtual std::size_t state_bytes() const noexcept = 0;
