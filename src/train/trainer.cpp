@@ -250,6 +250,19 @@ TrainConfig::MemoryEstimate TrainConfig::estimate_memory(int ranks) const {
 }
 
 namespace {
+/// `text` as rank `root` has it, on every rank of `comm` (collective).
+std::string text_of_rank(comm::Communicator& comm, const std::string& text, int root) {
+  std::int64_t length = static_cast<std::int64_t>(text.size());
+  comm.broadcast({&length, 1}, root);
+  std::vector<std::int32_t> chars(static_cast<std::size_t>(length), 0);
+  if (comm.rank() == root)
+    for (std::size_t i = 0; i < chars.size(); ++i) chars[i] = static_cast<unsigned char>(text[i]);
+  if (length > 0) comm.broadcast({chars.data(), chars.size()}, root);
+  std::string out(chars.size(), '\0');
+  for (std::size_t i = 0; i < chars.size(); ++i) out[i] = static_cast<char>(chars[i]);
+  return out;
+}
+
 /// The least budget of any rank, with its source, on every rank: each rank reads its own
 /// (its GPU's free memory, the node's at its own moment), and a check that refused on some
 /// ranks only would leave the others waiting in the next collective.
@@ -262,13 +275,7 @@ MemoryBudget least_budget(comm::Communicator& comm, const MemoryBudget& mine) {
   // The lowest rank with that budget tells the others where it comes from.
   std::vector<std::int32_t> owner{mine.bytes == least[0] ? comm.rank() : comm.size()};
   comm.all_reduce({owner.data(), owner.size()}, comm::ReduceOp::Min);
-  std::vector<std::int32_t> text(256, 0);
-  if (comm.rank() == owner[0])
-    for (std::size_t i = 0; i < mine.source.size() && i + 1 < text.size(); ++i)
-      text[i] = static_cast<unsigned char>(mine.source[i]);
-  comm.broadcast({text.data(), text.size()}, owner[0]);
-  MemoryBudget least_of_all{least[0], ""};
-  for (std::size_t i = 0; i < text.size() && text[i] != 0; ++i) least_of_all.source += static_cast<char>(text[i]);
+  MemoryBudget least_of_all{least[0], text_of_rank(comm, mine.source, owner[0])};
   if (owner[0] != 0) least_of_all.source = "rank " + std::to_string(owner[0]) + ": " + least_of_all.source;
   return least_of_all;
 }
@@ -317,19 +324,6 @@ Settings shared_settings(const TrainConfig& c) {
     s.push_back({"--parallel.schedule", c.schedule});
   }
   return s;
-}
-
-/// `text` as rank `root` has it, on every rank of `comm` (collective).
-std::string text_of_rank(comm::Communicator& comm, const std::string& text, int root) {
-  std::int64_t length = static_cast<std::int64_t>(text.size());
-  comm.broadcast({&length, 1}, root);
-  std::vector<std::int32_t> chars(static_cast<std::size_t>(length), 0);
-  if (comm.rank() == root)
-    for (std::size_t i = 0; i < chars.size(); ++i) chars[i] = static_cast<unsigned char>(text[i]);
-  if (length > 0) comm.broadcast({chars.data(), chars.size()}, root);
-  std::string out(chars.size(), '\0');
-  for (std::size_t i = 0; i < chars.size(); ++i) out[i] = static_cast<char>(chars[i]);
-  return out;
 }
 
 /// Collective: throws the same ConfigError on every rank unless every rank of `comm` has the
@@ -426,14 +420,8 @@ Trainer::Trainer(TrainConfig config, comm::Communicator& comm) : config_(std::mo
     dp_ = &comm;
   }
   const std::int64_t ranks = dp_->size();
+  // The batch divides into these (validate() refused it otherwise, with these ranks).
   const std::int64_t pieces = ranks * config_.accum * (config_.pp > 1 ? config_.microbatches : 1);
-  if (config_.global_batch % pieces != 0)
-    throw ConfigError(
-        "--train.batch " + std::to_string(config_.global_batch) + " does not divide across " + std::to_string(ranks) +
-        (ranks == 1 ? " data-parallel rank x " : " data-parallel ranks x ") + std::to_string(config_.accum) +
-        (config_.accum == 1 ? " micro-step" : " micro-steps") +
-        (config_.pp > 1 ? " x " + std::to_string(config_.microbatches) + " pipeline micro-batches" : std::string()) +
-        "; choose a multiple of " + std::to_string(pieces));
   // Refuse, before allocating anything, a run that cannot fit (rather than meet the kernel's
   // out-of-memory killer, which ends a process with no message).
   const auto need = config_.estimate_memory(comm.size());
