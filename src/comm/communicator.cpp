@@ -22,6 +22,7 @@
 #include "comm/rank_list.hpp"
 #include "comm/watchdog.hpp"
 #include "core/device_copy.hpp"
+#include "core/fnv1a.hpp"
 #include "core/log.hpp"
 #include "core/mpi_check.hpp"
 #include "core/mpi_fence.hpp"
@@ -46,12 +47,6 @@ constexpr int kCreateTag = 7100;  // + round; on the Session's control communica
 // How long a rank whose op timed out waits for its peers' watchdogs to say where they are
 // (a live one answers within milliseconds).
 constexpr std::chrono::milliseconds kQueryWait{1000};
-
-std::uint64_t fnv1a(const std::string& s) {
-  std::uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-  return h;
-}
 
 /// The world rank of each rank of `group`, in the group's numbering.
 std::vector<int> world_ranks_of(MPI_Comm group) {
@@ -208,16 +203,13 @@ void run_watched(Progress& progress, std::optional<Clock::time_point> until, Cal
 }
 
 std::uint64_t hash_of(const Signature& sig) {
-  std::uint64_t h = 1469598103934665603ull;
-  const auto mix = [&h](std::uint64_t v) {
-    for (int i = 0; i < 8; ++i, v >>= 8) h = (h ^ (v & 0xffu)) * 1099511628211ull;
-  };
-  mix(sig.coll_seq);
-  mix(sig.count);
-  mix(static_cast<std::uint64_t>(static_cast<std::uint32_t>(sig.root)));
-  mix(static_cast<std::uint64_t>(sig.type) | static_cast<std::uint64_t>(sig.dtype) << 8 |
-      static_cast<std::uint64_t>(sig.reduce) << 16 | static_cast<std::uint64_t>(sig.refused) << 24);
-  return h;
+  return tessera::detail::Fnv1a()
+      .word(sig.coll_seq)
+      .word(sig.count)
+      .word(static_cast<std::uint64_t>(static_cast<std::uint32_t>(sig.root)))
+      .word(static_cast<std::uint64_t>(sig.type) | static_cast<std::uint64_t>(sig.dtype) << 8 |
+            static_cast<std::uint64_t>(sig.reduce) << 16 | static_cast<std::uint64_t>(sig.refused) << 24)
+      .value();
 }
 }  // namespace
 
@@ -304,7 +296,7 @@ class CommState {
       : backend(std::move(b)),
         options(std::move(o)),
         path(std::move(p)),
-        id(fnv1a(path)),
+        id(tessera::detail::fnv1a(path)),
         timeout_ms(options.timeout.count()) {
     TESSERA_CHECK_MPI(MPI_Comm_rank(backend->group(), &rank));
     TESSERA_CHECK_MPI(MPI_Comm_size(backend->group(), &size));
@@ -1234,7 +1226,7 @@ void rendezvous_to_create(comm::Backend requested, const CommOptions& options) {
   sig.coll_seq = creation.progress.collectives_issued.fetch_add(1);
   // The backend and the name: two communicators of one backend created in opposite orders
   // would otherwise pair one rank's "dp" with another's "tp".
-  sig.count = static_cast<std::uint64_t>(requested) ^ fnv1a(options.name) << 8;
+  sig.count = static_cast<std::uint64_t>(requested) ^ tessera::detail::fnv1a(options.name) << 8;
   creation.what =
       "Communicator::create #" + std::to_string(sig.coll_seq) + " (backend " + backend_name(requested) + ")";
   creation.seq = sig.coll_seq;
@@ -1440,7 +1432,7 @@ template <class Body>
 void watch_set_up(std::string what, const std::string& path, const std::string& name, MPI_Comm group,
                   std::chrono::milliseconds limit, Body&& body) {
   SetUp s;
-  s.id = fnv1a(path + "#set-up");
+  s.id = tessera::detail::fnv1a(path + "#set-up");
   TESSERA_CHECK_MPI(MPI_Comm_rank(group, &s.rank));
   s.world_ranks = world_ranks_of(group);
   s.what = std::move(what);

@@ -23,6 +23,7 @@
 #include <tessera/core/memory.hpp>
 
 #include "core/device_copy.hpp"
+#include "core/fnv1a.hpp"
 #include "core/kokkos_start.hpp"
 #include "core/log.hpp"
 #include "core/mpi_check.hpp"
@@ -335,11 +336,6 @@ namespace {
 std::uint64_t g_arrival_round = 0;
 detail::FenceBuffers g_arrival_buffers;  // a request that expired may still write here
 
-std::uint64_t text_hash(const std::string& text) {  // FNV-1a
-  std::uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : text) h = (h ^ c) * 1099511628211ull;
-  return h;
-}
 }  // namespace
 
 bool Session::all_arrive_within(std::chrono::milliseconds wait) {
@@ -354,7 +350,7 @@ std::optional<std::vector<Session::RankText>> Session::gather_texts_within(const
   const std::string said = text.empty() ? std::string("an error with no message") : text.substr(0, kMaxText);
   // The round and the text's hash: ranks that all came with the same text agree.
   const std::uint64_t round = g_arrival_round++;
-  const auto result = detail::fence(g_control, rank_, size_, text_hash(said) ^ (round * 0x9e3779b97f4a7c15ull),
+  const auto result = detail::fence(g_control, rank_, size_, detail::fnv1a(said) ^ (round * 0x9e3779b97f4a7c15ull),
                                     g_arrival_buffers, kRendezvousTag, std::chrono::steady_clock::now() + wait, false);
   if (result == detail::FenceResult::Expired) return std::nullopt;
   std::vector<std::string> texts;  // rank 0: by rank; empty where none came

@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "core/clock.hpp"
+#include "core/fnv1a.hpp"
 #include "core/range.hpp"
 #include "kernels/gemm.hpp"
 #include "kernels/host_loops.hpp"
@@ -335,9 +336,7 @@ void require_alike(comm::Communicator& comm, const Settings& mine, const std::st
   if (comm.size() == 1) return;
   std::string text;
   for (const auto& [name, value] : mine) text += name + "\t" + value + "\n";
-  std::uint64_t hash = 1469598103934665603ull;  // FNV-1a
-  for (const unsigned char ch : text) hash = (hash ^ ch) * 1099511628211ull;
-  const auto h = static_cast<std::int64_t>(hash);
+  const auto h = static_cast<std::int64_t>(detail::fnv1a(text));
   std::vector<std::int64_t> all(static_cast<std::size_t>(comm.size()));
   comm.all_gather({&h, 1}, {all.data(), all.size()});
   std::vector<int> differ;
