@@ -21,6 +21,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <tessera/core/build_info.hpp>
@@ -174,19 +175,26 @@ inline std::string kokkos_map_error(const std::string& value) {
 }
 
 /// What is wrong with the Kokkos settings of the environment, or nothing: the first bad one,
-/// as "KOKKOS_NUM_THREADS=abc in the environment: ...".
-inline std::string kokkos_environment_error() {
+/// as "KOKKOS_NUM_THREADS=abc in the environment: ...". With `unset`, each bad one is taken
+/// out of this process's environment, so that Kokkos starts without it.
+inline std::string kokkos_environment_error(bool unset = false) {
+  std::string first;
+  const auto found = [&](const char* var, const std::string& text) {
+    if (first.empty()) first = text;
+    if (unset) ::unsetenv(var);
+  };
   for (const auto& s : kKokkosNumbers) {
     const char* value = s.env != nullptr ? std::getenv(s.env) : nullptr;
     if (value == nullptr) continue;
     if (const std::string why = kokkos_number_error(s, value); !why.empty())
-      return std::string(s.env) + "=" + value + " in the environment: " + why + "; set it to one (" + s.env + "=" +
-             std::to_string(s.example) + "), or unset it";
+      found(s.env, std::string(s.env) + "=" + value + " in the environment: " + why + "; set it to one (" + s.env +
+                       "=" + std::to_string(s.example) + "), or unset it");
   }
   if (const char* value = std::getenv("KOKKOS_MAP_DEVICE_ID_BY"))
     if (const std::string why = kokkos_map_error(value); !why.empty())
-      return std::string("KOKKOS_MAP_DEVICE_ID_BY=") + value + " in the environment: " + why + ", or unset it";
-  return {};
+      found("KOKKOS_MAP_DEVICE_ID_BY",
+            std::string("KOKKOS_MAP_DEVICE_ID_BY=") + value + " in the environment: " + why + ", or unset it");
+  return first;
 }
 }  // namespace detail
 
@@ -233,8 +241,9 @@ inline void check_on_rank0(Session& session, const std::function<std::string()>&
 
 /// Runs body(session) inside a Session after parsing the flags (and the TOML file named by
 /// --config, if the app has that option). Kokkos sees only its own --kokkos-* flags, the app
-/// all the others (so --help is the app's alone). A flag or config-file error on any rank
-/// stops every rank with status 2, and rank 0 prints each rank's error (settle_flags). An error
+/// all the others (so --help is the app's alone). A flag or config-file error on any rank, or a
+/// Kokkos setting (flag or environment variable) Kokkos cannot take, stops every rank with
+/// status 2, and rank 0 prints each rank's error (settle_flags). An error
 /// during the run that every rank meets (bad input) ends every rank the same way: rank 0
 /// prints it and all exit normally with status 1. An error that hits some ranks only is
 /// printed by them, and they abort the job so that no rank is left waiting. A stop by a
@@ -261,6 +270,12 @@ inline int run_app(int argc, char** argv, CLI::App& app, Outputs outputs, const 
   detail::g_launched = launcher_rank != nullptr || std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") ||
                        std::getenv("SLURM_STEP_ID");
   bool version = false;
+  // A Kokkos setting Kokkos cannot take: the first one, as "NAME: error: " would go on. Kokkos
+  // does not see it (Kokkos 4 would abort the process, with a core dump and a backtrace on
+  // every rank), and the ranks settle it with their flags once MPI has started, so that
+  // where one rank's environment alone is at fault (a node's modules set another value),
+  // rank 0 names that rank and every rank stops with status 2.
+  std::string kokkos_error;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     kokkos_help = kokkos_help || arg == "--kokkos-help" || arg == "--kokkos-tools-help";
@@ -269,12 +284,11 @@ inline int run_app(int argc, char** argv, CLI::App& app, Outputs outputs, const 
     // Kokkos reads a value only after '=': "--kokkos-num-threads 2" would leave the 2 to
     // the app, whose "unexpected argument" would not say why.
     if (kokkos && arg.find('=') == std::string::npos && i + 1 < argc && argv[i + 1][0] != '-') {
-      if (first_rank)
-        std::fprintf(stderr,
-                     "%s: error: '%s' after %s: Kokkos' flags take their value after '=': %s=%s\nRun with --help for "
-                     "the options.\n",
-                     name.c_str(), argv[i + 1], arg.c_str(), arg.c_str(), argv[i + 1]);
-      return 2;
+      if (kokkos_error.empty())
+        kokkos_error = "'" + std::string(argv[i + 1]) + "' after " + arg + ": Kokkos' flags take their value after " +
+                       "'=': " + arg + "=" + argv[i + 1] + "\nRun with --help for the options.";
+      ++i;
+      continue;
     }
     // Kokkos' whole-number flags, and its mapping of GPUs to ranks: see kKokkosNumbers.
     if (kokkos && arg.find('=') != std::string::npos) {
@@ -290,10 +304,9 @@ inline int run_app(int argc, char** argv, CLI::App& app, Outputs outputs, const 
         example = key + "=mpi_rank";
       }
       if (!why.empty()) {
-        if (first_rank)
-          std::fprintf(stderr, "%s: error: %s: %s (%s)\nRun with --kokkos-help for Kokkos' flags.\n", name.c_str(),
-                       arg.c_str(), why.c_str(), example.c_str());
-        return 2;
+        if (kokkos_error.empty())
+          kokkos_error = arg + ": " + why + " (" + example + ")\nRun with --kokkos-help for Kokkos' flags.";
+        continue;
       }
     }
     (kokkos ? kokkos_argv : app_argv).push_back(argv[i]);
@@ -302,8 +315,11 @@ inline int run_app(int argc, char** argv, CLI::App& app, Outputs outputs, const 
     if (first_rank) std::printf("%s: %s\n", name.c_str(), describe(build_info()).c_str());
     return 0;
   }
-  if (const std::string why = detail::kokkos_environment_error(); !why.empty()) {
-    if (first_rank) std::fprintf(stderr, "%s: error: %s\n", name.c_str(), why.c_str());
+  // A bad variable is unset whatever else was found: Kokkos would abort on it.
+  if (std::string why = detail::kokkos_environment_error(/*unset=*/true); kokkos_error.empty())
+    kokkos_error = std::move(why);
+  if (!kokkos_error.empty() && kokkos_help) {  // nothing is started for Kokkos' help
+    if (first_rank) std::fprintf(stderr, "%s: error: %s\n", name.c_str(), kokkos_error.c_str());
     return 2;
   }
   int kokkos_argc = static_cast<int>(kokkos_argv.size());
@@ -324,8 +340,8 @@ inline int run_app(int argc, char** argv, CLI::App& app, Outputs outputs, const 
     started = true;
     // This rank's flags: -1 to go on, 0 for --help, 2 for a usage error (a config file's too;
     // CLI11's own codes differ by kind: 105, 109, ...), with the error's text.
-    int stop = -1;
-    std::string error;
+    int stop = kokkos_error.empty() ? -1 : 2;
+    std::string error = kokkos_error;
     // Kokkos takes out of its arguments the flags it knows; one left is a typo it would ignore
     // ("--kokkos-num-thread=2" ran on the default threads without a word).
     for (int i = 1; i < kokkos_argc && stop < 0; ++i) {
