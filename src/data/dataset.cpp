@@ -29,7 +29,16 @@ void Dataset::load(const std::vector<std::int64_t>& indices, const View2D<float>
   } else {
     view_fits("targets", targets.extent(0), targets.extent(1), target_dim());
   }
-  if (n > 0) read(indices, inputs, targets, labels);
+  if (n == 0) return;
+  // read() sees the batch's rows alone: a dataset that fills a host mirror and copies it
+  // back whole would overwrite the rows past them on a GPU (not on a CPU, where the mirror
+  // is the view itself).
+  const auto rows = Kokkos::make_pair(std::size_t{0}, n);
+  const View2D<float> in = Kokkos::subview(inputs, rows, Kokkos::ALL);
+  if (has_labels())
+    read(indices, in, View2D<float>(), Kokkos::subview(labels, rows));
+  else
+    read(indices, in, Kokkos::subview(targets, rows, Kokkos::ALL), View1D<std::int64_t>());
 }
 
 }  // namespace tessera::data

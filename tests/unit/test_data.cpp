@@ -114,14 +114,16 @@ TEST(Dataset, LoadRefusesViewsThatDoNotFitTheBatchAndSamplesItLacks) {
                     "columns)");
   EXPECT_THROW_WITH(ds->load({5, 6}, short_x, t, none), ConfigError, "into inputs of 1 x 8");
   EXPECT_THROW_WITH(ds->load({5, 6}, x, narrow, none), ConfigError, "into targets of 2 x 4");
-  // More rows than samples is fine: the first rows are filled.
+  // More rows than samples is fine: the first rows are filled, the others kept.
   View2D<float> tall("tall", 3, 8), tall_t("tall_t", 3, 8);
+  Kokkos::deep_copy(tall, -7.0f);
   ds->load({5, 6}, tall, tall_t, none);
   ds->load({5, 6}, x, t, none);
   const auto a = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), tall);
   const auto b = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), x);
   for (std::size_t r = 0; r < 2; ++r)
     for (std::size_t j = 0; j < 8; ++j) EXPECT_EQ(a(r, j), b(r, j));
+  for (std::size_t j = 0; j < 8; ++j) EXPECT_EQ(a(2, j), -7.0f) << j;
 }
 
 TEST(TeacherStudent, SamplesDependOnlyOnTheirIndex) {
@@ -195,6 +197,22 @@ TEST(Hdf5Dataset, ReadsRequestedRowsOfTargetsAndLabels) {
   c->load({3, 2}, x, t, l);
   EXPECT_EQ(host_copy(l)(0), 2);
   EXPECT_EQ(host_copy(l)(1), 1);
+  // Views of more rows than samples keep the rows past them, in device memory too (a host
+  // mirror copied back whole had overwritten them there).
+  View2D<float> tall("tall", 3, 3), tall_t("tall_t", 3, 2);
+  View1D<std::int64_t> tall_l("tall_l", 3);
+  Kokkos::deep_copy(tall, -7.0f);
+  Kokkos::deep_copy(tall_t, -7.0f);
+  Kokkos::deep_copy(tall_l, -7);
+  r->load({4, 1}, tall, tall_t, View1D<std::int64_t>());
+  c->load({3, 2}, tall, tall_t, tall_l);
+  const auto h_tall = host_copy(tall), h_tall_t = host_copy(tall_t);
+  EXPECT_EQ(h_tall(1, 2), 8.0f);      // row 2, by the second load
+  EXPECT_EQ(h_tall_t(0, 1), 109.0f);  // row 4
+  EXPECT_EQ(host_copy(tall_l)(1), 1);
+  for (std::size_t j = 0; j < 3; ++j) EXPECT_EQ(h_tall(2, j), -7.0f) << j;
+  for (std::size_t j = 0; j < 2; ++j) EXPECT_EQ(h_tall_t(2, j), -7.0f) << j;
+  EXPECT_EQ(host_copy(tall_l)(2), -7);
   // Rows in any order, in runs, repeated (each run of consecutive rows is read at once and
   // put back in the order asked): every value of every row.
   const std::vector<std::int64_t> rows = {5, 0, 1, 2, 4, 1, 3};

@@ -29,13 +29,15 @@ class Dataset {
   /// Fills row r of `inputs` and of `targets` or `labels` with sample indices[r]. Throws
   /// ConfigError, before reading anything, for an index outside [0, size()) or a view of
   /// other columns than the dataset's or fewer rows than `indices` (a view too narrow was
-  /// written past its end, one too wide filled with rows out of line).
+  /// written past its end, one too wide filled with rows out of line). Rows past the last
+  /// sample are left as they were, in host and device memory alike.
   void load(const std::vector<std::int64_t>& indices, const View2D<float>& inputs, const View2D<float>& targets,
             const View1D<std::int64_t>& labels);
   virtual std::string describe() const = 0;
 
  protected:
-  /// load() for arguments it has checked: what each dataset implements.
+  /// load() for arguments it has checked, with views of exactly indices.size() rows (those
+  /// of the other kind, targets or labels, empty): what each dataset implements.
   virtual void read(const std::vector<std::int64_t>& indices, const View2D<float>& inputs, const View2D<float>& targets,
                     const View1D<std::int64_t>& labels) = 0;
 };
