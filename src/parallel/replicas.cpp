@@ -11,7 +11,7 @@ void verify_replicas(std::deque<nn::Parameter>& params, comm::Communicator& comm
   for (std::size_t k = 0; k < params.size(); ++k) {
     auto h = Kokkos::create_mirror_view(params[k].value);
     Kokkos::deep_copy(h, params[k].value);
-    detail::Fnv1a hash;
+    tessera::detail::Fnv1a hash;
     for (std::size_t i = 0; i < h.size(); ++i) hash.bytes(&h(i), sizeof h(i));
     lo[k] = hi[k] = static_cast<std::int64_t>(hash.value() >> 1);
   }

@@ -336,7 +336,7 @@ void require_alike(comm::Communicator& comm, const Settings& mine, const std::st
   if (comm.size() == 1) return;
   std::string text;
   for (const auto& [name, value] : mine) text += name + "\t" + value + "\n";
-  const auto h = static_cast<std::int64_t>(detail::fnv1a(text));
+  const auto h = static_cast<std::int64_t>(tessera::detail::fnv1a(text));
   std::vector<std::int64_t> all(static_cast<std::size_t>(comm.size()));
   comm.all_gather({&h, 1}, {all.data(), all.size()});
   std::vector<int> differ;
