@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <iomanip>
 #include <limits>
 #include <sstream>
@@ -425,8 +426,15 @@ Trainer::Trainer(TrainConfig config, comm::Communicator& comm) : config_(std::mo
   // out-of-memory killer, which ends a process with no message).
   const auto need = config_.estimate_memory(comm.size());
   MemoryBudget have = memory_budget();
-  if (config_.max_rank_bytes > 0 && (have.bytes <= 0 || config_.max_rank_bytes < have.bytes))
-    have = {config_.max_rank_bytes, "--zero.max_rank_bytes"};
+  // The cap lowers the limit only: above what the rank has, the run would meet the killer.
+  constexpr const char* kCap = "--zero.max_rank_bytes";
+  if (config_.max_rank_bytes > 0 && (have.bytes <= 0 || config_.max_rank_bytes < have.bytes)) {
+    have = {config_.max_rank_bytes, kCap};
+  } else if (config_.max_rank_bytes > 0) {
+    std::ostringstream cap;
+    cap << std::setprecision(3) << config_.max_rank_bytes;
+    have.source += "; " + std::string(kCap) + " " + cap.str() + ", above that, can only lower it";
+  }
   have = least_budget(comm, have);
   if (have.bytes > 0 && need.total() > have.bytes) {
     // GB, or MB, kB and bytes where a figure would round to 0.0 GB; `extra` digits more where
@@ -472,8 +480,9 @@ Trainer::Trainer(TrainConfig config, comm::Communicator& comm) : config_(std::mo
                               "--model.dim)";
     if (config_.zero_stage == 3 && config_.zero.prefetch > 0 && need.working > 0) lower += ", or --zero.prefetch";
     const bool gpu = have.source.find("on its GPU") != std::string::npos;
-    const std::string or_else = have.source.find("--zero.max_rank_bytes") != std::string::npos
-                                    ? "or raise --zero.max_rank_bytes"
+    const auto capped = have.source.size() >= std::strlen(kCap) &&
+                        have.source.compare(have.source.size() - std::strlen(kCap), std::string::npos, kCap) == 0;
+    const std::string or_else = capped ? "or raise --zero.max_rank_bytes"
                                 : !gpu ? "or run fewer ranks per node"
                                 : have.source.find("shared by 1 rank") != std::string::npos
                                     ? "or cut the model over more GPUs (--parallel.tp, --parallel.pp, --parallel.zero)"
