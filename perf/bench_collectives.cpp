@@ -485,7 +485,7 @@ std::vector<std::string> check_collective(const std::string& name) {
 int main(int argc, char** argv) {
   CLI::App app{
       "Collective bandwidth benchmark with nccl-tests semantics (-b, -e, -f, -i, -n, -w, -c, -d, -o, -r, -a, -T and "
-      "-J mean what they mean in nccl-tests; the defaults differ: a sweep of sizes, 5 warm-ups); compares Tessera "
+      "-J mean what they mean in nccl-tests; the defaults differ: a sweep of sizes, and -a 3); compares Tessera "
       "with the raw library call on the same buffers.",
       "mpiexec -n N tessera-bench-collectives"};
   // A flag given twice keeps its last value, as in nccl-tests and tessera-train.

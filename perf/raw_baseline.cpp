@@ -2,6 +2,7 @@
 
 #include <tessera/config.hpp>
 
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 
@@ -72,6 +73,10 @@ class GlooRaw final : public RawBaseline {
         break;
       case DType::Int32:
         go<std::int32_t>(op, redop, root, s, r, n);
+        break;
+      case DType::BFloat16:  // moved as 16-bit words: raw_supports offers no reduction of them
+      case DType::Float16:
+        go<std::uint16_t>(op, redop, root, s, r, n);
         break;
       default:
         go<std::int64_t>(op, redop, root, s, r, n);
@@ -171,15 +176,18 @@ class NcclRaw final : public RawBaseline {
 }  // namespace
 
 bool raw_supports(comm::Backend backend, const std::string& op, DType dtype, comm::ReduceOp redop) {
-  const bool half = dtype == DType::BFloat16 || dtype == DType::Float16;
+  // Half types and the average matter to the ops that reduce alone: the others move words.
+  const bool reduces = op == "all_reduce" || op == "reduce_scatter" || op == "reduce";
+  const bool half = reduces && (dtype == DType::BFloat16 || dtype == DType::Float16);
+  const bool avg = reduces && redop == comm::ReduceOp::Avg;
   switch (backend) {
     case comm::Backend::Gloo:
       // Gloo has no reduce-scatter in its options API; half types are reduced in float32 by Tessera.
-      return op != "reduce_scatter" && redop != comm::ReduceOp::Avg && !half;
+      return op != "reduce_scatter" && !avg && !half;
     case comm::Backend::Nccl:
       return op == "all_reduce" || op == "all_gather" || op == "reduce_scatter" || op == "broadcast" || op == "reduce";
-    default:  // MPI has no half-precision types and no average
-      return !half && redop != comm::ReduceOp::Avg;
+    default:  // MPI has no half-precision reduction and no average (it moves half types as 16-bit words)
+      return !half && !avg;
   }
 }
 
