@@ -119,6 +119,29 @@ TEST(DeviceMesh, LayoutThatDoesNotMatchTheWorldIsAClearError) {
   EXPECT_THROW_WITH(comm::DeviceMesh(w, w.size(), 2, 2), ConfigError, "dp*tp*pp = ");
   EXPECT_THROW_WITH(comm::DeviceMesh(w, 0, w.size(), 1), ConfigError, "must each be >= 1");
 }
+
+// Ranks that ask for different layouts are all refused, naming the first that differs from
+// rank 0: they had built groups of other sizes than the mesh's sizes say, in silence, and
+// a layout one rank alone refused left the others waiting in the splits for the timeout.
+TEST(DeviceMesh, RanksThatAskForDifferentLayoutsAreAllRefused) {
+  auto& w = world();
+  const int n = w.size();
+  if (n < 2) GTEST_SKIP() << "needs 2 ranks or more";
+  const int first_other = n / 2;
+  const bool other = w.rank() >= first_other;
+  const std::string all_dp = "dp=" + std::to_string(n) + " x tp=1 x pp=1";
+  EXPECT_THROW_WITH(comm::DeviceMesh(w, other ? 1 : n, other ? n : 1, 1), ConfigError,
+                    "DeviceMesh on communicator 'world': rank " + std::to_string(first_other) +
+                        " asked for dp=1 x tp=" + std::to_string(n) + " x pp=1 where rank 0 asked for " + all_dp +
+                        "; every rank must build the same mesh");
+  // The last rank's layout is no layout of this world: every rank is told, none waits.
+  const bool last = w.rank() == n - 1;
+  EXPECT_THROW_WITH(comm::DeviceMesh(w, last ? n + 1 : n, 1, 1), ConfigError,
+                    "rank " + std::to_string(n - 1) + " asked for dp=" + std::to_string(n + 1));
+  // The same layouts after it build the mesh.
+  comm::DeviceMesh mesh(w, n, 1, 1);
+  EXPECT_EQ(mesh.dp().size(), n);
+}
 TEST(NodeShare, CountsTheRanksOfThisNodeWithTheSameKey) {
   // Even ranks pass one key and odd ranks a longer one it begins with (as bus ids of two
   // GPUs would); the expected counts come from the processor names instead of the shared-
