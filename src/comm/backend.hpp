@@ -52,6 +52,9 @@ struct Op {
   bool check = false;          // compare ops across ranks first (frozen when the op is issued)
   std::uint64_t seq = 0;       // per-communicator number of this op (all ops)
   std::uint64_t coll_seq = 0;  // number among collectives (what ranks must agree on)
+  // The communicator's timeout when the op was issued, its limit (below 0: not issued yet):
+  // a set_timeout after that changes the ops issued after it.
+  std::chrono::milliseconds timeout{-1};
   // Arguments this rank refused (a ConfigError): a collective still takes its place at the
   // fence, so the other ranks fail there at once rather than wait out the timeout for it.
   std::exception_ptr refusal;

@@ -358,7 +358,10 @@ class CommState {
   bool stopping = false;
   std::atomic<bool> running{false};
   std::atomic<Clock::rep> running_since{0};  // when the worker's current op started
-  std::atomic<Clock::rep> op_began{0};       // when the collective that runs now began, fence included
+  // The worker's current op's own limit, as it was when the op started: a set_timeout
+  // while it runs changes the limit of the ops after it, not this one's.
+  std::atomic<std::chrono::milliseconds::rep> running_limit{0};
+  std::atomic<Clock::rep> op_began{0};  // when the collective that runs now began, fence included
   std::thread worker;
 
   // Staging buffers for ops whose memory the backend cannot use (or that need host-side
@@ -697,10 +700,12 @@ class CommState {
         w->started_at = Clock::now();
         w->started.store(true);
       }
+      const auto limit = limit_of(w->op);
+      running_limit.store(limit.count());
       running_since.store(w->started_at.time_since_epoch().count());
       running.store(true);
       try {
-        run(w->op);
+        run(w->op, limit);
       } catch (...) {
         w->error = std::current_exception();
       }
@@ -720,9 +725,13 @@ class CommState {
 
   /// Runs one op to completion on the calling thread, with the fence, conversions and
   /// failure handling that every backend shares.
-  void run(const Op& op) {
+  void run(const Op& op) { run(op, limit_of(op)); }
+  /// An op's limit: the timeout as it was when the op was issued.
+  std::chrono::milliseconds limit_of(const Op& op) const { return op.timeout.count() >= 0 ? op.timeout : timeout(); }
+  /// The same, within `limit` (zero: forever).
+  void run(const Op& op, std::chrono::milliseconds limit) {
     ensure_usable();
-    const Deadline deadline = Deadline::after(timeout());
+    const Deadline deadline = Deadline::after(limit);
     // What peers' questions hear while this op runs (the watchdog answers them).
     struct Running {
       Progress& p;
@@ -780,7 +789,7 @@ class CommState {
     progress.running_seq.store(op.coll_seq + 1);
     op_began.store(Clock::now().time_since_epoch().count());
     try {
-      fence(op, Deadline::after(timeout()));
+      fence(op, Deadline::after(limit_of(op)));
     } catch (const DeadlineExceeded& e) {
       progress.running_seq.store(0);
       timed_out(op, e.what, false, true);
@@ -944,7 +953,8 @@ class CommState {
     std::optional<Clock::time_point> until;
     if (!deadline.none) {
       inside_op = op;
-      until = deadline.at + stuck_grace(timeout()) + (timeouts - 1) * timeout();
+      const auto limit = limit_of(op);
+      until = deadline.at + stuck_grace(limit) + (timeouts - 1) * limit;
     }
     run_watched(progress, until, std::forward<Call>(call));
   }
@@ -977,7 +987,7 @@ class CommState {
     std::string message = describe(op) + ", collective #" + std::to_string(op.coll_seq) + " on communicator '" +
                           options.name + "' [" + backend_name(backend->kind()) + ", " + std::to_string(size) +
                           " ranks], has been inside " + (split ? "MPI_Comm_split" : "the backend's call") +
-                          " for longer than its timeout of " + seconds_text(timeout());
+                          " for longer than its timeout of " + seconds_text(limit_of(op));
     if (!before.empty() || !after.empty()) {
       message += ": " + gave_up_clause(world_ranks, before, after);
       message += std::string(fenced ? " (this rank got past the arrival check on the messages sent before that)" : "") +
@@ -1110,7 +1120,7 @@ class CommState {
     }
     std::string message = describe(op) + (collective ? ", collective #" + std::to_string(op.coll_seq) : "") +
                           " on communicator '" + options.name + "' [" + backend_name(backend->kind()) + ", " +
-                          std::to_string(size) + " ranks], timed out after " + seconds_text(timeout()) + " " + what +
+                          std::to_string(size) + " ranks], timed out after " + seconds_text(limit_of(op)) + " " + what +
                           ".";
     const std::vector<int> ask =
         collective ? world_ranks : std::vector<int>{world_ranks[static_cast<std::size_t>(op.peer)]};
@@ -1482,13 +1492,14 @@ void Work::wait() {
     // by far (stuck where no deadline reaches it); it is then taken off the queue unstarted,
     // so its buffers are never touched.
     auto& comm = *w.comm;
-    const auto timeout = comm.timeout();
-    // `running` before `running_since`: the worker stores them in the other order, so a
-    // true `running` is never paired with the start of an earlier op.
+    // `running` before `running_since` and `running_limit`: the worker stores them in the
+    // other order, so a true `running` is never paired with an earlier op's. The op ahead
+    // is judged by its own limit: one lowered by set_timeout while it ran had given up the
+    // ops behind it as stuck, and failed the communicator, while it was still in time.
     const bool busy = comm.running.load();
     const auto ahead = detail::Clock::time_point(detail::Clock::duration(comm.running_since.load()));
-    const bool stuck =
-        busy && timeout.count() > 0 && detail::Clock::now() - ahead > 2 * timeout + std::chrono::seconds(10);
+    const auto limit = std::chrono::milliseconds(comm.running_limit.load());
+    const bool stuck = busy && limit.count() > 0 && detail::Clock::now() - ahead > 2 * limit + std::chrono::seconds(10);
     if (!comm.failed.load() && !stuck) continue;
     {
       std::lock_guard<std::mutex> queue_lock(comm.mutex);
@@ -1706,6 +1717,7 @@ double Communicator::bytes_sent() const noexcept { return state_->bytes_sent; }
 
 Work Communicator::submit(Op op, bool async) {
   auto& s = *state_;
+  op.timeout = s.timeout();
   if (op.refusal) {
     // Refused here. A collective still takes its place in the order, blocking, so that the
     // other ranks learn of it at the fence (on a backend that has one) and fail there with a

@@ -54,6 +54,11 @@
 //                      to TESSERA_COMM_TIMEOUT's 2 s; rank 1 then stops before the end. Rank
 //                      0 must leave the end of the job after 2 s (it waited forever: the
 //                      longest timeout ever set counted, not each communicator's last).
+// timeout_lowered:     an all_reduce started under a 30 s timeout, the timeout then lowered to
+//                      1 s and a second all_reduce queued behind the first; rank 1 comes
+//                      to them 14 s late. Both must complete: the wait for the second gave
+//                      it up at 12 s (2 x 1 s + 10 s), judging the first by the new limit,
+//                      and failed the communicator while the first was still in time.
 #include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -339,6 +344,22 @@ int timeout_set_back(comm::Communicator& c) {
   return 0;
 }
 
+int timeout_lowered(comm::Communicator& c) {
+  std::vector<double> x(64, 1.0), y(64, 1.0);
+  if (c.rank() == 1) std::this_thread::sleep_for(std::chrono::seconds(14));
+  auto first = c.all_reduce_async({x.data(), x.size()});
+  c.set_timeout(std::chrono::seconds(1));
+  auto second = c.all_reduce_async({y.data(), y.size()});
+  try {
+    second.wait();
+    first.wait();
+    say(c.rank(), "both completed, " + std::to_string(x[0] + y[0]));
+  } catch (const Error& e) {
+    say(c.rank(), "caught: " + e.message());
+  }
+  return 0;
+}
+
 int main(int argc, char** argv) {
   Session session(argc, argv);
   const std::string scenario = argc > 1 ? argv[1] : "";
@@ -375,6 +396,7 @@ int main(int argc, char** argv) {
   if (scenario == "timeout_set_in_code") return timeout_set_in_code(*c);
   if (scenario == "slow_to_finish") return slow_to_finish(*c);
   if (scenario == "timeout_set_back") return timeout_set_back(*c);
+  if (scenario == "timeout_lowered") return timeout_lowered(*c);
   if (scenario == "stop_in_split_set_up") return stop_in_set_up(c->rank(), "split", [&] { c->split(0, c->rank()); });
   std::fprintf(stderr, "unknown scenario '%s'\n", scenario.c_str());
   return 2;

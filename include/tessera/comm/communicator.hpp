@@ -49,7 +49,8 @@ class Communicator {
   int world_rank(int r) const;
 
   std::chrono::milliseconds timeout() const noexcept;
-  /// Changes the deadline of later waits (zero: wait forever).
+  /// Changes the limit of the ops issued after it (zero: wait forever); an op issued before,
+  /// queued or running, keeps the limit it was issued with.
   void set_timeout(std::chrono::milliseconds timeout);
   bool check_enabled() const noexcept;
   /// Turns the cross-rank op comparison on or off. Collective: every rank calls it, with the
