@@ -251,6 +251,12 @@ ArrivalReport arrivals(const std::vector<PeerStatus>& peers, const std::vector<i
     } else if (!p.member) {
       report.missing.push_back(
           {r, "alive, but does not have this communicator: not created yet, or already destroyed"});
+    } else if (p.failed && p.running_seq == 0 && (!collective || p.collectives_issued <= seq)) {
+      // Its own error ended it there (a receive of another size, a staging failure): it was
+      // said to be alive and not in a collective, as if it had skipped one.
+      report.missing.push_back({r,
+                                "alive, but this communicator failed there after an error of its own (that rank's "
+                                "message says which), and runs no more ops"});
     } else if (!collective || p.collectives_issued <= seq || (p.running_seq > 0 && p.running_seq - 1 < seq)) {
       // Not issued yet, or issued (an async op) while an earlier one still runs.
       std::string where = "alive";
@@ -672,6 +678,7 @@ class CommState {
       failure = message;
       failed.store(true);
     }
+    progress.failed.store(true);  // a peer that waits for this rank is told
     tessera::detail::note_communication_failure();
     backend->abort();
   }

@@ -27,6 +27,7 @@ struct Reply {
   std::uint64_t last_transfer;   // the asked communicator's Progress::last_transfer and its bytes
   std::uint64_t last_transfer_bytes;
   std::uint8_t member;
+  std::uint8_t failed;
   std::uint8_t last_op;
   std::uint8_t running_op;
   std::uint8_t busy_op;
@@ -101,6 +102,7 @@ void Watchdog::answer_questions(bool registry_locked) {
       auto it = registry_.find(comm_id);
       if (it != registry_.end()) {
         reply.member = 1;
+        reply.failed = it->second->failed.load() ? 1 : 0;
         reply.collectives_issued = it->second->collectives_issued.load();
         reply.last_op = it->second->last_op.load();
         reply.running_seq = it->second->running_seq.load();
@@ -229,6 +231,7 @@ std::vector<PeerStatus> Watchdog::query(std::uint64_t comm_id, const std::vector
       }
       result[k].responded = true;
       result[k].member = r.member != 0;
+      result[k].failed = r.failed != 0;
       result[k].collectives_issued = r.collectives_issued;
       result[k].last_op = r.last_op;
       result[k].running_seq = r.running_seq;

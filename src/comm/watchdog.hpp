@@ -33,6 +33,8 @@ struct Progress {
   std::atomic<std::uint64_t> collectives_issued{0};
   std::atomic<std::uint64_t> ops_issued{0};
   std::atomic<std::uint8_t> last_op{255};  // OpType of the last op issued; 255 = none
+  // The communicator failed on this rank (an error of its own there): it runs no more ops.
+  std::atomic<bool> failed{false};
   // The collective this rank is running now: its number + 1 (0: none) and OpType.
   std::atomic<std::uint64_t> running_seq{0};
   std::atomic<std::uint8_t> running_op{255};
@@ -90,6 +92,7 @@ struct PeerStatus {
   int world_rank = -1;
   bool responded = false;  // false: no answer before the query deadline (dead or hung)
   bool member = false;     // false: that rank has no such communicator (yet, or any more)
+  bool failed = false;     // its communicator failed there, and runs no more ops
   std::uint64_t collectives_issued = 0;
   std::uint8_t last_op = 255;
   std::uint64_t running_seq = 0;  // the collective it runs now, + 1 (0: none)

@@ -424,6 +424,19 @@ TEST(Mismatch, ASendAndAReceiveOfDifferentSizesAreTold) {
                                       : "carried more than 16 bytes, where this receive takes 16");
     }
     w.barrier();
+    // The receiver's communicator failed there alone: the others, waiting for it in the
+    // next collective, are told so (it was "alive, not in a collective here; its last op here
+    // was a recv", as if it had skipped one).
+    if (sent > posted) {
+      sub->set_timeout(std::chrono::milliseconds(1000));
+      if (w.rank() == 1)
+        EXPECT_THROW_WITH(sub->barrier(), CommError, "is unusable after an earlier failure");
+      else
+        EXPECT_THROW_WITH(sub->barrier(), TimeoutError,
+                          "Ranks that did not arrive: 1 (alive, but this communicator failed there after an error of "
+                          "its own (that rank's message says which), and runs no more ops)");
+      w.barrier();
+    }
   }
 }
 
