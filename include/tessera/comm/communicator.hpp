@@ -36,6 +36,8 @@ class Communicator {
   /// A communicator over all ranks of MPI_COMM_WORLD (collective; needs a live Session).
   static std::unique_ptr<Communicator> create(Backend backend = Backend::Auto,
                                               CommOptions options = CommOptions::from_env());
+  /// Runs the collectives still queued first, each within its own limit (their buffers must
+  /// live until then); stops the receives still posted. Wait for every Work first.
   ~Communicator();
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
