@@ -94,9 +94,10 @@ void save_model(const std::string& path, const nn::ParameterStore& store, comm::
                             "the parallel checkpoints");
   int failed = 0;
   std::string error;
-  // The whole model on rank 0: gathered from the ranks' shards where values are sharded.
+  // The whole model on rank 0 alone: gathered from the ranks' shards where values are sharded.
   std::vector<float> values;
-  if (store.value_residency() != nn::Residency::Full || comm.rank() == 0) values = parallel::gather_values(store, comm);
+  if (store.value_residency() != nn::Residency::Full || comm.rank() == 0)
+    values = parallel::gather_values(store, comm, /*root=*/0);
   if (comm.rank() == 0) {
     // Written beside where `path` leads (through symbolic links, which stay links) and renamed
     // into place.

@@ -584,16 +584,42 @@ void ZeroDataParallel::drop(std::size_t u) {
 
 // -- whole values, for tests and model files --------------------------------------------
 
-std::vector<float> gather_values(const nn::ParameterStore& store, comm::Communicator& comm) {
-  std::vector<float> out(store.numel());
+std::vector<float> gather_values(const nn::ParameterStore& store, comm::Communicator& comm, int root) {
+  using HostOut = Kokkos::View<float*, HostMemorySpace, Kokkos::MemoryUnmanaged>;
+  if (root >= comm.size())
+    throw ConfigError("gather_values: root " + std::to_string(root) + " is no rank of communicator '" + comm.name() +
+                      "' (" + std::to_string(comm.size()) + " ranks)");
+  const bool everywhere = root < 0;
+  std::vector<float> out(everywhere || comm.rank() == root ? store.numel() : 0);
   if (store.value_residency() == nn::Residency::Full) {
-    Kokkos::deep_copy(Kokkos::View<float*, HostMemorySpace, Kokkos::MemoryUnmanaged>(out.data(), out.size()),
-                      store.values());
+    if (!out.empty()) Kokkos::deep_copy(HostOut(out.data(), out.size()), store.values());
     return out;
   }
   std::vector<std::int64_t> ranges(2 * static_cast<std::size_t>(comm.size()));
   std::int64_t mine[2] = {static_cast<std::int64_t>(store.owned_begin()), static_cast<std::int64_t>(store.owned_end())};
   comm.all_gather({mine, 2}, {ranges.data(), ranges.size()});
+  const std::size_t owned = store.owned_end() - store.owned_begin();
+  if (!everywhere) {
+    // Each rank's shard straight into the root's host copy: the other ranks hold nothing
+    // more (a ZeRO-3 save held the whole model twice on every rank, and only rank 0 used it).
+    constexpr int kTag = 0x7e55;
+    if (comm.rank() != root) {
+      if (owned > 0) comm.send(buffer(store.values().data(), owned), root, kTag);
+      return out;
+    }
+    std::vector<comm::Work> receives;
+    for (int r = 0; r < comm.size(); ++r) {
+      const auto b = static_cast<std::size_t>(ranges[2 * static_cast<std::size_t>(r)]);
+      const auto e = static_cast<std::size_t>(ranges[2 * static_cast<std::size_t>(r) + 1]);
+      if (r != root && b < e)
+        receives.push_back(comm.recv_async({out.data() + b, e - b, DType::Float32, MemoryKind::Host}, r, kTag));
+    }
+    if (owned > 0)
+      Kokkos::deep_copy(HostOut(out.data() + store.owned_begin(), owned),
+                        Kokkos::subview(store.values(), std::make_pair(std::size_t{0}, owned)));
+    for (auto& w : receives) w.wait();
+    return out;
+  }
   View1D<float> whole("tessera::gather_values", store.numel());
   if (store.owned_end() > store.owned_begin())
     copy(store.values().data(), whole.data() + store.owned_begin(), store.owned_end() - store.owned_begin());
@@ -602,7 +628,7 @@ std::vector<float> gather_values(const nn::ParameterStore& store, comm::Communic
     const auto e = static_cast<std::size_t>(ranges[2 * static_cast<std::size_t>(r) + 1]);
     if (b < e) comm.broadcast(buffer(whole.data() + b, e - b), r);
   }
-  Kokkos::deep_copy(Kokkos::View<float*, HostMemorySpace, Kokkos::MemoryUnmanaged>(out.data(), out.size()), whole);
+  Kokkos::deep_copy(HostOut(out.data(), out.size()), whole);
   return out;
 }
 

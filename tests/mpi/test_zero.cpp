@@ -419,6 +419,28 @@ TEST(Zero, AStepOutOfOrderIsRefused) {
 // A save of a store without memory is refused on every rank before any collective: rank 0
 // alone failed (Kokkos' "extents of views don't match"), and the other ranks waited at the
 // save's broadcast until the timeout.
+// A model file's gather brings the whole model to rank 0 alone: the other ranks hold nothing
+// more than their shards (a ZeRO-3 save held the whole model twice on every rank).
+TEST(Zero, TheValuesGatheredForOneRankReachItAlone) {
+  auto& w = world();
+  for (const auto& l : kLayouts) {
+    SCOPED_TRACE(label(l, 3));
+    train::Trainer t(with(small_config(), l, 3), w);
+    t.step();
+    const auto everywhere = parallel::gather_values(t.parameters(), t.data_parallel());
+    for (int root : {0, w.size() - 1}) {
+      const auto at_root = parallel::gather_values(t.parameters(), t.data_parallel(), root);
+      if (w.rank() == root)
+        EXPECT_EQ(at_root, everywhere) << "root " << root;
+      else
+        EXPECT_TRUE(at_root.empty()) << "root " << root;
+    }
+  }
+  train::Trainer t(with(small_config(), kLayouts[0], 3), w);
+  EXPECT_THROW_WITH(parallel::gather_values(t.parameters(), t.data_parallel(), w.size()), ConfigError,
+                    "gather_values: root " + std::to_string(w.size()) + " is no rank of communicator");
+}
+
 TEST(Zero, ASaveOfAStoreWithoutMemoryStopsEveryRank) {
   if (!build_info().hdf5) GTEST_SKIP() << "model files need HDF5";
   nn::ParameterStore bare;

@@ -160,8 +160,10 @@ class ZeroDataParallel final : public DataParallelStrategy {
   SyncStats stats_;
 };
 
-/// The whole model's values on every rank, in host memory, whatever the store keeps
-/// (collective when values are sharded): for tests and for writing a model file.
-std::vector<float> gather_values(const nn::ParameterStore& store, comm::Communicator& comm);
+/// The whole model's values in host memory, whatever the store keeps (collective when values
+/// are sharded): on every rank, or with `root` (a rank of `comm`) on that rank alone, the
+/// others then holding nothing more than their shards and returning an empty vector. For
+/// tests, and for writing a model file (rank 0's).
+std::vector<float> gather_values(const nn::ParameterStore& store, comm::Communicator& comm, int root = -1);
 
 }  // namespace tessera::parallel
