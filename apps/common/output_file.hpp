@@ -3,6 +3,7 @@
 // written so that a run that fails leaves a file the user already had as it was.
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -58,6 +59,26 @@ inline std::string cannot_write(const std::string& flag, const std::string& path
     return what + "the directory '" + dir.string() + "' does not exist; create it first";
   }
   if (!fs::is_directory(dir, ec)) return what + "'" + dir.string() + "' is a file, not a directory";
+  // The file is written beside its target as NAME.tmp.PID and renamed into place: a name the
+  // file system takes whose copy's name is too long failed only once the run had finished.
+  const std::string copy = target.filename().string() + ".tmp." + std::to_string(getpid());
+  const long name_max = pathconf(dir.c_str(), _PC_NAME_MAX);
+  if (name_max > 0 && static_cast<long>(copy.size()) > name_max)
+    return what + "its name is " + std::to_string(target.filename().string().size()) +
+           " characters long, and the file is first written beside it as '" + copy.substr(0, 12) + "....tmp." +
+           std::to_string(getpid()) + "', " + std::to_string(copy.size()) + " characters, more than the " +
+           std::to_string(name_max) + " this file system takes; give a name of at most " +
+           std::to_string(name_max - static_cast<long>(copy.size() - target.filename().string().size())) +
+           " characters";
+  // In a directory whose sticky bit is set (as /tmp), only a file's owner (or the
+  // directory's) may replace it: the rename into place failed after the run.
+  struct stat dir_stat {};
+  struct stat target_stat {};
+  if (stat(dir.c_str(), &dir_stat) == 0 && (dir_stat.st_mode & S_ISVTX) != 0 &&
+      stat(target.c_str(), &target_stat) == 0 && geteuid() != 0 && target_stat.st_uid != geteuid() &&
+      dir_stat.st_uid != geteuid())
+    return what + via + "is another user's file, in a directory where only a file's owner may replace it (its sticky " +
+           "bit is set, as on /tmp); give a name of your own";
   const fs::path probe = dir / (".tessera-write-check-" + std::to_string(getpid()));
   const int fd = open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
   if (fd < 0) return what + "cannot create files in '" + dir.string() + "' (" + std::strerror(errno) + ")";
