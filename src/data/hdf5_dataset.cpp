@@ -94,6 +94,19 @@ class Hdf5Dataset final : public Dataset {
                             "in.h5 out.h5, or h5py's compression='gzip'), or put the filter's plugin on "
                             "HDF5_PLUGIN_PATH");
       }
+      // A dataset created and never written (its writer stopped before filling it) reads as
+      // its fill value, zeros, in every row: the run trained on them without a word. Data
+      // stored in external files has no space of its own in this one.
+      H5D_space_status_t status{};
+      if (H5Pget_external_count(plist.get()) <= 0 && H5Pget_layout(plist.get()) != H5D_VIRTUAL &&
+          H5Dget_space_status(dataset, &status) >= 0 && status == H5D_SPACE_STATUS_NOT_ALLOCATED &&
+          H5Dget_storage_size(dataset) == 0) {
+        const H5Handle space(H5Dget_space(dataset), H5Sclose);
+        if (space.valid() && H5Sget_simple_extent_npoints(space.get()) > 0)
+          throw bad(std::string(name) +
+                    " holds no data: it was created and never written (did its writer stop before filling it?), "
+                    "and would read as zeros");
+      }
     };
     require_dataset("/inputs");
     inputs_ = open_data("/inputs");
@@ -132,7 +145,8 @@ class Hdf5Dataset final : public Dataset {
       if (!is_type(labels_.get(), H5T_NATIVE_INT64))
         throw bad("/labels is " + type_name(labels_.get()) + ", not int64");
       std::vector<std::int64_t> all(static_cast<std::size_t>(rows_));
-      TESSERA_CHECK_HDF5(H5Dread(labels_.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, all.data()));
+      if (H5Dread(labels_.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, all.data()) < 0)
+        throw read_failed("/labels", "(every row, for the number of classes)");
       const auto lo = std::min_element(all.begin(), all.end()), hi = std::max_element(all.begin(), all.end());
       if (!all.empty() && *lo < 0)
         throw bad("/labels row " + std::to_string(lo - all.begin()) + " holds " + std::to_string(*lo) +
@@ -164,17 +178,17 @@ class Hdf5Dataset final : public Dataset {
             const View1D<std::int64_t>& labels) override {
     QuietHdf5 quiet;  // a failed read is reported once, as an error naming the call, not as HDF5's stack
     auto in_h = Kokkos::create_mirror_view(inputs);
-    read_rows(inputs_.get(), H5T_NATIVE_FLOAT, indices, input_dim_, in_h.data());
+    read_rows("/inputs", inputs_.get(), H5T_NATIVE_FLOAT, indices, input_dim_, in_h.data());
     warn_if_not_finite("/inputs", indices, in_h.data(), input_dim_);
     Kokkos::deep_copy(inputs, in_h);
     if (target_dim_ > 0) {
       auto t_h = Kokkos::create_mirror_view(targets);
-      read_rows(targets_.get(), H5T_NATIVE_FLOAT, indices, target_dim_, t_h.data());
+      read_rows("/targets", targets_.get(), H5T_NATIVE_FLOAT, indices, target_dim_, t_h.data());
       warn_if_not_finite("/targets", indices, t_h.data(), target_dim_);
       Kokkos::deep_copy(targets, t_h);
     } else {
       auto l_h = Kokkos::create_mirror_view(labels);
-      read_rows(labels_.get(), H5T_NATIVE_INT64, indices, 0, l_h.data());
+      read_rows("/labels", labels_.get(), H5T_NATIVE_INT64, indices, 0, l_h.data());
       Kokkos::deep_copy(labels, l_h);
     }
   }
@@ -256,7 +270,16 @@ class Hdf5Dataset final : public Dataset {
   /// ascending order, one read per run of consecutive rows, then put in the order asked. (A
   /// selection of single elements, in the order asked, took 0.4-0.6 s for 512 rows of 4096
   /// floats, and HDF5 held 64 bytes per element to plan it.)
-  void read_rows(hid_t dataset, hid_t type, const std::vector<std::int64_t>& rows, std::size_t cols, void* out) {
+  /// A read that failed, named with the file, the dataset and its rows (HDF5's words alone
+  /// named neither: "H5Dread failed: H5Z__filter_deflate: inflate() failed").
+  ConfigError read_failed(const char* name, const std::string& rows) const {
+    return ConfigError("dataset '" + path_ + "': reading " + name + " " + rows +
+                       " failed: " + tessera::detail::hdf5_error_text() +
+                       " (a damaged file, or data stored outside it that cannot be reached)");
+  }
+
+  void read_rows(const char* name, hid_t dataset, hid_t type, const std::vector<std::int64_t>& rows, std::size_t cols,
+                 void* out) {
     for (auto r : rows)
       if (r < 0 || r >= rows_) throw ConfigError("dataset '" + path_ + "': row " + std::to_string(r) + " out of range");
     if (rows.empty()) return;
@@ -275,8 +298,10 @@ class Hdf5Dataset final : public Dataset {
       TESSERA_CHECK_HDF5(H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start, nullptr, count, nullptr));
       const hsize_t n = count[0] * count[1];
       H5Handle mem_space(TESSERA_CHECK_HDF5(H5Screate_simple(1, &n, nullptr)), H5Sclose);
-      TESSERA_CHECK_HDF5(
-          H5Dread(dataset, type, mem_space.get(), file_space.get(), H5P_DEFAULT, sorted.data() + k * row_bytes));
+      if (H5Dread(dataset, type, mem_space.get(), file_space.get(), H5P_DEFAULT, sorted.data() + k * row_bytes) < 0)
+        throw read_failed(name, count[0] == 1 ? "row " + std::to_string(start[0])
+                                              : "rows " + std::to_string(start[0]) + " to " +
+                                                    std::to_string(start[0] + count[0] - 1));
       k = end;
     }
     for (std::size_t i = 0; i < order.size(); ++i)

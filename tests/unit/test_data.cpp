@@ -160,6 +160,19 @@ struct H5Writer {
     H5Dclose(ds);
     H5Sclose(space);
   }
+  /// A dataset created and never written, or (with `external`) one whose data HDF5 keeps in
+  /// that raw file beside it.
+  void declare(const char* name, std::vector<hsize_t> dims, hid_t type, const char* external = nullptr) {
+    hid_t space = H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr);
+    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    hsize_t bytes = H5Tget_size(type);
+    for (auto d : dims) bytes *= d;
+    if (external != nullptr) H5Pset_external(dcpl, external, 0, bytes);
+    hid_t ds = H5Dcreate2(file, name, type, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    H5Dclose(ds);
+    H5Pclose(dcpl);
+    H5Sclose(space);
+  }
   ~H5Writer() { H5Fclose(file); }
 };
 
@@ -305,6 +318,38 @@ TEST(Hdf5Dataset, MalformedFilesAreClearErrors) {
     w.add("/labels", {4}, std::vector<std::int64_t>{0, -1, 1, 0}, H5T_NATIVE_INT64);
   }
   expect("/labels row 1 holds -1, a negative label");
+  // A dataset created and never written (its writer stopped) read as zeros, without a word.
+  {
+    H5Writer w(f);
+    w.declare("/inputs", {4, 3}, H5T_NATIVE_FLOAT);
+    w.add("/targets", {4, 3}, in, H5T_NATIVE_FLOAT);
+  }
+  expect(
+      "/inputs holds no data: it was created and never written (did its writer stop before filling it?), and "
+      "would read as zeros");
+  {
+    H5Writer w(f);
+    w.add("/inputs", {4, 3}, in, H5T_NATIVE_FLOAT);
+    w.declare("/labels", {4}, H5T_NATIVE_INT64);
+  }
+  expect("/labels holds no data");
+}
+
+// A read that fails names the file, the dataset and its rows (it was "H5Dread failed: ..."
+// alone): here data kept in an external raw file that is not there.
+TEST(Hdf5Dataset, AReadThatFailsNamesTheFileTheDatasetAndTheRows) {
+  const std::string f = temp("tessera_external.h5");
+  std::filesystem::remove(temp("tessera_external_missing.bin"));
+  {
+    H5Writer w(f);
+    w.declare("/inputs", {4, 3}, H5T_NATIVE_FLOAT, temp("tessera_external_missing.bin").c_str());
+    w.add("/targets", {4, 3}, std::vector<float>(12, 1.0f), H5T_NATIVE_FLOAT);
+  }
+  auto d = data::open_hdf5(f);
+  View2D<float> x("x", 2, 3), t("t", 2, 3);
+  EXPECT_THROW_WITH(d->load({1, 2}, x, t, View1D<std::int64_t>()), ConfigError,
+                    "dataset '" + f + "': reading /inputs rows 1 to 2 failed: ");
+  EXPECT_THROW_WITH(d->load({3}, x, t, View1D<std::int64_t>()), ConfigError, "reading /inputs row 3 failed: ");
 }
 
 TEST(ModelFile, SavesEveryParameterInItsGlobalShapeAndLoadsBack) {
