@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
@@ -157,7 +158,16 @@ void load_model(const std::string& path, nn::ParameterStore& store) {
                           "keeps");
   detail::QuietHdf5 quiet;
   detail::H5Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
-  if (!file.valid()) throw CheckpointError("'" + path + "' is not a readable HDF5 file");
+  if (!file.valid()) {
+    // HDF5's reason: a file another program holds open for writing (HDF5's lock) is no fault
+    // of the file, and a truncated one is.
+    const std::string why = detail::hdf5_error_text();
+    if (why.find("unable to lock file") != std::string::npos)
+      throw CheckpointError("'" + path + "' cannot be opened: " + why +
+                            ". Another program has it open for writing (close it first); on a file system without "
+                            "file locks (some Lustre and NFS mounts) set HDF5_USE_FILE_LOCKING=FALSE");
+    throw CheckpointError("'" + path + "' is not a readable HDF5 file (" + why + ")");
+  }
   // Every check before the first value is read: a refused file leaves the store as it was.
   if (H5Lexists(file.get(), "/model", H5P_DEFAULT) <= 0)
     throw CheckpointError("'" + path + "' has no /model group; it is not a Tessera model file");
@@ -165,7 +175,33 @@ void load_model(const std::string& path, nn::ParameterStore& store) {
     const std::string name = "/model/" + p.name;
     if (H5Lexists(file.get(), name.c_str(), H5P_DEFAULT) <= 0)
       throw CheckpointError("'" + path + "' has no " + name + "; it holds another model");
+    {
+      // A group, or a link that leads nowhere (a soft link, an external link to a file not
+      // there): named, where HDF5 said "H5Dopen2 failed: not a dataset".
+      const detail::H5Handle object(H5Oopen(file.get(), name.c_str(), H5P_DEFAULT), H5Oclose);
+      if (!object.valid())
+        throw CheckpointError("'" + path + "': " + name + " cannot be opened (" + detail::hdf5_error_text() + ")");
+      if (H5Iget_type(object.get()) != H5I_DATASET)
+        throw CheckpointError("'" + path + "': " + name + " is a group, not a dataset; it is not a Tessera model file");
+    }
     detail::H5Handle ds(TESSERA_CHECK_HDF5(H5Dopen2(file.get(), name.c_str(), H5P_DEFAULT)), H5Dclose);
+    // A compression filter this HDF5 lacks would fail the read, after the parameters before
+    // it were loaded.
+    {
+      const detail::H5Handle plist(TESSERA_CHECK_HDF5(H5Dget_create_plist(ds.get())), H5Pclose);
+      for (int i = 0; i < H5Pget_nfilters(plist.get()); ++i) {
+        unsigned flags = 0;
+        std::size_t values = 0;
+        char filter_name[128] = "";
+        const H5Z_filter_t id = H5Pget_filter2(plist.get(), static_cast<unsigned>(i), &flags, &values, nullptr,
+                                               sizeof filter_name, filter_name, nullptr);
+        if (id >= 0 && H5Zfilter_avail(id) <= 0)
+          throw CheckpointError("'" + path + "': " + name + " is compressed with the filter '" + filter_name +
+                                "' (HDF5 filter " + std::to_string(id) +
+                                "), which this HDF5 cannot decode; rewrite the file without it (h5repack -f NONE "
+                                "in.h5 out.h5), or put the filter's plugin on HDF5_PLUGIN_PATH");
+      }
+    }
     detail::H5Handle space(TESSERA_CHECK_HDF5(H5Dget_space(ds.get())), H5Sclose);
     std::vector<hsize_t> dims(static_cast<std::size_t>(TESSERA_CHECK_HDF5(H5Sget_simple_extent_ndims(space.get()))));
     TESSERA_CHECK_HDF5(H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr));
@@ -198,11 +234,30 @@ void load_model(const std::string& path, nn::ParameterStore& store) {
                             std::to_string(info.nlinks) + " tensors in the file, " +
                             std::to_string(store.parameters().size()) + " in the model); it holds another model");
   }
+  // Read a tensor at a time (the whole model at once would be too much for a rank that keeps
+  // a shard of it). What fails now (a damaged chunk, a value no float32 holds) fails after
+  // the tensors before it were loaded, and says so.
+  std::size_t loaded = 0;
+  const auto partly = [&] {
+    return loaded == 0 ? std::string("; the model is as it was")
+                       : "; the " + std::to_string(loaded) + (loaded == 1 ? " tensor" : " tensors") +
+                             " before it were loaded, so the model is now partly this file's: load another, or "
+                             "initialize it";
+  };
   for (auto& p : store.parameters()) {
     const std::string name = "/model/" + p.name;
     detail::H5Handle ds(TESSERA_CHECK_HDF5(H5Dopen2(file.get(), name.c_str(), H5P_DEFAULT)), H5Dclose);
     HostView1D<float> h("tessera::load_model", p.numel);
-    TESSERA_CHECK_HDF5(H5Dread(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, h.data()));
+    if (H5Dread(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, h.data()) < 0)
+      throw CheckpointError("'" + path + "': reading " + name + " failed: " + detail::hdf5_error_text() + partly());
+    // NaN, or a float64 beyond float32's range (read as an infinity): a model that could
+    // only train to NaN.
+    for (std::size_t i = 0; i < p.numel; ++i)
+      if (!std::isfinite(h(i)))
+        throw CheckpointError("'" + path + "': " + name + " holds " + (std::isnan(h(i)) ? "NaN" : "an infinity") +
+                              " at element " + std::to_string(i) +
+                              " (or a value beyond float32's range), which no model " + "trains from" + partly());
+    ++loaded;
     if (store.value_residency() == nn::Residency::Full) {
       Kokkos::deep_copy(p.value, h);
     } else if (p.shard.end > p.shard.begin) {  // this rank keeps only its owned part

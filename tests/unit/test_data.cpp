@@ -1,6 +1,8 @@
 // Datasets, the distributed sampler and the model file, on one process.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <hdf5.h>
+#include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -12,6 +14,7 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <set>
 #include <vector>
 
@@ -454,6 +457,109 @@ TEST(ModelFile, SavesEveryParameterInItsGlobalShapeAndLoadsBack) {
   EXPECT_THROW_WITH(checkpoint::load_model(path, block), CheckpointError, "tensor-parallel blocks");
   EXPECT_THROW_WITH(checkpoint::save_model(temp("tessera_block.h5"), block, *comm), CheckpointError,
                     "tensor-parallel blocks");
+}
+
+/// A pass-through HDF5 filter under an id of its own, registered only while a file is written
+/// with it: a reader then lacks it, as one without h5py's lzf plugin lacks lzf.
+size_t pass_through(unsigned, size_t, const unsigned[], size_t bytes, size_t*, void**) { return bytes; }
+constexpr H5Z_filter_t kMissingFilter = 32555;
+
+// Model files from other tools, or damaged: each refused naming the file and the tensor,
+// and saying whether the model is as it was (it was HDF5's "H5Dopen2 failed: not a
+// dataset", a plugin directory's name for a missing filter, and NaN or infinities loaded).
+TEST(ModelFile, FilesOfOtherToolsAndDamagedOnesAreRefusedInWords) {
+  nn::ParameterStore a;
+  nn::MLP mlp(a, 2, 5);
+  a.initialize(11);
+  const auto values_of = [](const nn::Parameter& p) {
+    const auto h = host_copy(p.value);
+    return std::vector<float>(h.data(), h.data() + h.size());
+  };
+  // The model's tensors, with `change` applied to the one named `odd` instead of a plain write.
+  const std::string path = temp("tessera_other_tool.h5");
+  const auto write = [&](const std::string& odd, const std::function<void(hid_t, const nn::Parameter&)>& change) {
+    hid_t f = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    hid_t g = H5Gcreate2(f, "/model", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    for (const auto& p : a.parameters()) {
+      if (p.name == odd) {
+        change(g, p);
+        continue;
+      }
+      std::vector<hsize_t> dims(p.shape.begin(), p.shape.end());
+      hid_t sp = H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr);
+      hid_t d = H5Dcreate2(g, p.name.c_str(), H5T_IEEE_F32LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+      const auto v = values_of(p);
+      H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data());
+      H5Dclose(d);
+      H5Sclose(sp);
+    }
+    H5Gclose(g);
+    H5Fclose(f);
+  };
+  const auto with_values = [&](hid_t type, hid_t dcpl, std::vector<double> v) {
+    return [=](hid_t g, const nn::Parameter& p) {
+      std::vector<hsize_t> dims(p.shape.begin(), p.shape.end());
+      hid_t sp = H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr);
+      hid_t d = H5Dcreate2(g, p.name.c_str(), type, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+      std::vector<double> all(p.numel, 0.5);
+      std::copy(v.begin(), v.end(), all.begin());
+      H5Dwrite(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, all.data());
+      H5Dclose(d);
+      H5Sclose(sp);
+    };
+  };
+  nn::ParameterStore b;
+  nn::MLP other(b, 2, 5);
+  b.initialize(12);
+  const auto before = values_of(b.find("layers.0.weight"));
+  const auto as_it_was = [&] { EXPECT_EQ(values_of(b.find("layers.0.weight")), before); };
+  write("layers.1.bias", [](hid_t g, const nn::Parameter& p) {
+    H5Gclose(H5Gcreate2(g, p.name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+  });
+  EXPECT_THROW_WITH(checkpoint::load_model(path, b), CheckpointError,
+                    "'" + path + "': /model/layers.1.bias is a group, not a dataset; it is not a Tessera model file");
+  as_it_was();
+  write("layers.1.bias", [](hid_t g, const nn::Parameter& p) {
+    H5Lcreate_soft("/nowhere", g, p.name.c_str(), H5P_DEFAULT, H5P_DEFAULT);
+  });
+  EXPECT_THROW_WITH(checkpoint::load_model(path, b), CheckpointError, "/model/layers.1.bias cannot be opened (");
+  as_it_was();
+  // Written with a filter the reader lacks: refused before any tensor is read.
+  H5Z_class2_t filter{H5Z_CLASS_T_VERS, kMissingFilter, 1, 1, "tessera-test-filter", nullptr, nullptr, pass_through};
+  ASSERT_GE(H5Zregister(&filter), 0);
+  hid_t filtered = H5Pcreate(H5P_DATASET_CREATE);
+  const hsize_t chunk[1] = {5};
+  H5Pset_chunk(filtered, 1, chunk);
+  H5Pset_filter(filtered, kMissingFilter, H5Z_FLAG_MANDATORY, 0, nullptr);
+  write("layers.1.bias", with_values(H5T_IEEE_F32LE, filtered, {}));
+  H5Pclose(filtered);
+  ASSERT_GE(H5Zunregister(kMissingFilter), 0);
+  EXPECT_THROW_WITH(checkpoint::load_model(path, b), CheckpointError,
+                    "/model/layers.1.bias is compressed with the filter 'tessera-test-filter' (HDF5 filter 32555), "
+                    "which this HDF5 cannot decode");
+  as_it_was();
+  // Values no model trains from: a float64 beyond float32's range, read as an infinity, in
+  // the first tensor; a NaN in the third, after two were loaded.
+  write("layers.0.weight", with_values(H5T_IEEE_F64LE, H5P_DEFAULT, {0.25, 1e300}));
+  EXPECT_THROW_WITH(checkpoint::load_model(path, b), CheckpointError,
+                    "/model/layers.0.weight holds an infinity at element 1 (or a value beyond float32's range), "
+                    "which no model trains from; the model is as it was");
+  as_it_was();
+  write("layers.1.weight", with_values(H5T_IEEE_F32LE, H5P_DEFAULT, {0.25, 0.5, 0.75, std::nan("")}));
+  EXPECT_THROW_WITH(checkpoint::load_model(path, b), CheckpointError,
+                    "/model/layers.1.weight holds NaN at element 3 (or a value beyond float32's range), which no model "
+                    "trains from; the 2 tensors before it were loaded, so the model is now partly this file's");
+  // A file another program holds open for writing (HDF5 locks it, as flock does here) names
+  // the lock, and how to live without one.
+  write("", {});
+  const int held = ::open(path.c_str(), O_RDWR);
+  ASSERT_GE(held, 0);
+  ASSERT_EQ(::flock(held, LOCK_EX), 0);
+  EXPECT_THROW_WITH(checkpoint::load_model(path, b), CheckpointError, "' cannot be opened: ");
+  EXPECT_THROW_WITH(checkpoint::load_model(path, b), CheckpointError, "set HDF5_USE_FILE_LOCKING=FALSE");
+  ::close(held);
+  checkpoint::load_model(path, b);  // and the file, let go, loads
+  EXPECT_EQ(values_of(b.find("layers.0.weight")), values_of(a.find("layers.0.weight")));
 }
 
 /// A new empty folder under the temporary directory, named `prefix` and this process's id.

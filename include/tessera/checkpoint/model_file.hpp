@@ -19,8 +19,11 @@ void save_model(const std::string& path, const nn::ParameterStore& store, comm::
 
 /// Reads /model/<name> into every parameter of `store` (each rank reads, and keeps what its
 /// store keeps: the whole model, or its owned part when values are sharded). Throws
-/// CheckpointError naming the file and parameter when one is missing or has another shape,
-/// and, as save_model, for a store that holds tensor-parallel blocks.
+/// CheckpointError naming the file and parameter, with the model as it was, when one is
+/// missing, has another shape or type, is no dataset, or is compressed with a filter this
+/// HDF5 lacks, and, as save_model, for a store that holds tensor-parallel blocks. A tensor
+/// that fails to read or holds NaN or an infinity is refused as it is read, and the message
+/// says how many tensors before it were loaded.
 void load_model(const std::string& path, nn::ParameterStore& store);
 
 }  // namespace tessera::checkpoint
