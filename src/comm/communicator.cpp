@@ -15,6 +15,7 @@
 #include <limits>
 #include <map>
 #include <mutex>
+#include <new>
 #include <optional>
 #include <thread>
 
@@ -764,10 +765,37 @@ class CommState {
     // frozen into it when issued) and the backend, never on this rank's timeout.
     const bool fenced = is_collective(op.type) && (op.check || backend->needs_fence());
     try {
-      if (fenced) fence(op, deadline);
+      // The buffers it is staged or converted through are reserved before the fence: a rank
+      // that cannot have them (its host or GPU memory full) takes its place there as refused,
+      // and the others fail at once. Reserved after it, that rank failed alone, and the
+      // others waited inside the backend's call for it until the watchdog ended them.
+      const Op* at_fence = &op;
+      Op refused;
+      if (fenced && !op.refusal && op.count > 0 && !runs_alone(op)) {
+        try {
+          reserve_for(op);
+        } catch (const Error& e) {
+          refused = op;
+          refused.refusal = std::make_exception_ptr(
+              CommError(describe(op) + ", collective #" + std::to_string(op.coll_seq) + " on communicator '" +
+                            options.name + "': could not reserve the buffers it is staged through (" + e.message() +
+                            "); the other ranks were told at its fence",
+                        __FILE__, __LINE__));
+          at_fence = &refused;
+        }
+      }
+      if (fenced) {
+        try {
+          fence(*at_fence, deadline);
+        } catch (const MismatchError&) {
+          if (at_fence != &op) std::rethrow_exception(refused.refusal);  // this rank's own words
+          throw;
+        }
+      }
       arrived = fenced;
-      if (op.type == OpType::Barrier && fenced) return;  // the fence is a barrier
-      if (op.refusal) return;                            // its place at the fence was all it had to do
+      if (at_fence != &op) std::rethrow_exception(refused.refusal);  // every rank refused
+      if (op.type == OpType::Barrier && fenced) return;              // the fence is a barrier
+      if (op.refusal) return;                                        // its place at the fence was all it had to do
       if (op.count == 0 && op.type != OpType::Barrier) return;
       if (runs_alone(op)) {
         run_alone(op);
@@ -783,6 +811,13 @@ class CommState {
     } catch (const Error& e) {
       fail(e.message());
       throw;
+    } catch (const std::bad_alloc&) {
+      // A backend's own buffer (MPI's for an in-place reduce-scatter): not an Error, and the
+      // communicator went on as if sound.
+      const std::string message = describe(op) + ", collective #" + std::to_string(op.coll_seq) + " on communicator '" +
+                                  options.name + "': out of host memory";
+      fail(message);
+      throw CommError(message, __FILE__, __LINE__);
     }
   }
 
@@ -888,16 +923,48 @@ class CommState {
   /// Runs op on the backend, staging its buffers through the other kind of memory when the
   /// backend cannot use theirs, and reducing 16-bit floats and averages on the host when the
   /// backend cannot. The backend's own memory and dtypes go straight through.
-  void execute_converted(const Op& op, const Deadline& deadline) {
-    const bool convert = needs_conversion(op);
+  /// How execute_converted moves an op: through which memory, staged or not, converted or not.
+  struct Plan {
+    MemoryKind wire;
+    bool convert, stage, wide;
+  };
+  Plan plan_of(const Op& op) const {
+    Plan p{};
+    p.convert = needs_conversion(op);
     // Conversion happens on the host; every backend that needs it moves host memory.
-    const MemoryKind wire =
-        convert ? MemoryKind::Host : (backend->accepts(op.memory) ? op.memory : tessera::detail::other(op.memory));
+    p.wire =
+        p.convert ? MemoryKind::Host : (backend->accepts(op.memory) ? op.memory : tessera::detail::other(op.memory));
+    p.stage = p.wire != op.memory;
+    p.wide = p.convert && (op.dtype == DType::BFloat16 || op.dtype == DType::Float16);
+    return p;
+  }
+
+  /// Reserves the buffers execute_converted will stage and convert `op` through.
+  void reserve_for(const Op& op) {
+    const Plan p = plan_of(op);
+    if (!backend->accepts(p.wire) || (!p.stage && !p.wide)) return;
+    const auto [in_n, out_n] = extents(op);
+    const std::size_t esz = dtype_size(op.dtype);
+    if (p.stage) {
+      (p.wire == MemoryKind::Host ? stage_out : device_out).reserve(std::max<std::size_t>(out_n, 1) * esz);
+      if (op.type != OpType::Broadcast)
+        (p.wire == MemoryKind::Host ? stage_in : device_in).reserve(std::max<std::size_t>(in_n, 1) * esz);
+    }
+    if (p.wide) {
+      f32_in.reserve(std::max<std::size_t>(in_n, 1) * 4);
+      f32_out.reserve(std::max<std::size_t>(out_n, 1) * 4);
+    }
+  }
+
+  void execute_converted(const Op& op, const Deadline& deadline) {
+    const Plan plan = plan_of(op);
+    const bool convert = plan.convert;
+    const MemoryKind wire = plan.wire;
     if (!backend->accepts(wire))
       throw Error("internal: the " + std::string(backend_name(backend->kind())) +
                   " backend cannot move the memory this op is staged through");
-    const bool stage = wire != op.memory;
-    const bool wide = convert && (op.dtype == DType::BFloat16 || op.dtype == DType::Float16);
+    const bool stage = plan.stage;
+    const bool wide = plan.wide;
     const bool average = convert && op.reduce == ReduceOp::Avg;
     if (!stage && !convert) {
       execute_backend(op, deadline);

@@ -1,6 +1,10 @@
 // Bad arguments, timeouts and cross-rank op checks: each failure is a clear error, raised
 // on the ranks it concerns, never a hang or undefined behaviour.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+
+#include <fstream>
+#include <string>
 
 #include <thread>
 #include <vector>
@@ -125,6 +129,41 @@ std::unique_ptr<comm::Communicator> breakable(const std::string& name, std::chro
   auto sub = world().split(0, world().rank(), name);
   sub->set_timeout(timeout);
   return sub;
+}
+
+// A rank that cannot reserve the buffers an op is converted through (its memory full: here
+// its address space capped) takes its place at the fence as refused, and the others fail
+// there at once. Reserved after the fence, that rank failed alone, and the others waited
+// inside MPI_Allreduce for it until the watchdog ended their processes.
+TEST(Failures, ARankWithoutMemoryToStageAnOpFailsTheOthersAtItsFence) {
+  auto& w = world();
+  if (w.size() < 2 || w.backend() != comm::Backend::Mpi) GTEST_SKIP() << "needs MPI (a fence) and 2 ranks";
+  auto sub = breakable("staging", std::chrono::milliseconds(3000));
+  constexpr std::size_t n = std::size_t{16} << 20;  // bfloat16, reduced in float32: 64 MB each way
+  std::vector<bfloat16> x(n, bfloat16(1.0f));
+  sub->all_reduce({x.data(), 8});  // every rank's buffers for small ops exist
+  rlimit before{};
+  ASSERT_EQ(getrlimit(RLIMIT_AS, &before), 0);
+  if (w.rank() == 1) {
+    std::ifstream status("/proc/self/status");
+    std::string key;
+    long long kib = 0;
+    while (status >> key && key != "VmSize:") status.ignore(1 << 20, '\n');
+    ASSERT_TRUE(status >> kib);
+    rlimit capped = before;
+    capped.rlim_cur = static_cast<rlim_t>((kib << 10) + (std::size_t{24} << 20));  // room for less than 64 MB
+    ASSERT_EQ(setrlimit(RLIMIT_AS, &capped), 0);
+  }
+  const auto all_reduce = [&] { sub->all_reduce({x.data(), n}); };
+  if (w.rank() == 1)
+    EXPECT_THROW_WITH(all_reduce(), CommError,
+                      "all_reduce (16777216 x bfloat16, sum), collective #1 on communicator 'staging': could not "
+                      "reserve the buffers it is staged through (out of host memory for a 67108864-byte buffer); the "
+                      "other ranks were told at its fence");
+  else
+    EXPECT_THROW_WITH(all_reduce(), MismatchError, "refused its arguments to this one (its own message says why)");
+  ASSERT_EQ(setrlimit(RLIMIT_AS, &before), 0);
+  w.barrier();
 }
 
 TEST(Timeout, BlockingCollectiveNamesTheOpAndTheRankThatNeverCame) {
