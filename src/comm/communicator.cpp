@@ -1746,6 +1746,41 @@ std::unique_ptr<Communicator> Communicator::split(int color, int key, const std:
   CommOptions options = s.options;
   options.timeout = s.timeout();  // the parent's, as set_timeout() left it
   options.name = name.empty() ? s.options.name + "." + std::to_string(color) : name;
+  // The ranks of one group must give it one name. Ranks that issue their splits in other
+  // orders (split "a" then "b" on one, "b" then "a" on another) pair each split with the
+  // others' of the same number: their groups were made of the other split's ranks, in
+  // silence. Every rank of the group is here, just out of MPI_Comm_split, so this exchange
+  // waits for none.
+  {
+    constexpr std::size_t kShown = 64;
+    std::vector<char> mine(kShown, '\0');
+    std::copy_n(options.name.begin(), std::min(options.name.size(), kShown - 1), mine.begin());
+    int members = 0, me = 0;
+    TESSERA_CHECK_MPI(MPI_Comm_size(child, &members));
+    TESSERA_CHECK_MPI(MPI_Comm_rank(child, &me));
+    std::vector<char> all(kShown * static_cast<std::size_t>(members));
+    TESSERA_CHECK_MPI(MPI_Allgather(mine.data(), static_cast<int>(kShown), MPI_CHAR, all.data(),
+                                    static_cast<int>(kShown), MPI_CHAR, child));
+    const std::vector<int> member_ranks = detail::world_ranks_of(child);
+    std::string names;
+    bool differ = false;
+    for (int r = 0; r < members; ++r) {
+      const std::string given(all.data() + kShown * static_cast<std::size_t>(r));
+      differ = differ || given != std::string(all.data());
+      names += std::string(r ? ", " : "") + "world rank " + std::to_string(member_ranks[static_cast<std::size_t>(r)]) +
+               " '" + given + "'";
+    }
+    if (differ) {
+      MPI_Comm_free(&child);
+      throw MismatchError("split #" + std::to_string(index) + " of communicator '" + s.options.name +
+                              "': the ranks of its group of color " + std::to_string(color) +
+                              " gave it different names (" + names +
+                              "): ranks that issue their splits in other orders pair each with the others' split of "
+                              "the same number. Every rank must split in the same order; the names of one group must "
+                              "agree",
+                          __FILE__, __LINE__);
+    }
+  }
   const std::string path = s.path + "/" + std::to_string(index) + ":" + std::to_string(color);
   const std::string child_name = options.name;
   std::unique_ptr<Communicator> made;

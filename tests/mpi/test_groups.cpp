@@ -83,6 +83,28 @@ TEST(Split, NestedSplitsAndSimultaneousUse) {
   EXPECT_EQ(v[3], 3 * half->size());
 }
 
+// Ranks that issue named splits in other orders pair each with the others' split of the same
+// number: told on every rank of the group (its groups were made of the other split's ranks,
+// in silence). Groups of one color may have names of their own.
+TEST(Split, RanksThatGiveOneGroupDifferentNamesAreTold) {
+  auto& w = world();
+  const bool odd = w.rank() % 2 == 1;
+  if (w.size() > 1) {
+    const std::string first = odd ? "b" : "a";
+    EXPECT_THROW_WITH(w.split(0, w.rank(), first), MismatchError,
+                      " of communicator 'world': the ranks of its group of color 0 gave it different names (world rank "
+                      "0 'a', world rank 1 'b'");
+  }
+  // One name per group, a name per color: fine, and the parent is as usable as before.
+  auto halves = w.split(w.rank() % 2, w.rank(), odd ? "odd" : "even");
+  ASSERT_NE(halves, nullptr);
+  EXPECT_EQ(halves->name(), odd ? "odd" : "even");
+  int one = 1;
+  halves->all_reduce({&one, 1});
+  EXPECT_EQ(one, odd ? w.size() / 2 : (w.size() + 1) / 2);
+  w.barrier();
+}
+
 TEST(DeviceMesh, EveryLayoutOfThisWorldGivesTheDocumentedGroups) {
   auto& w = world();
   const int n = w.size();
