@@ -187,21 +187,10 @@ void load_model(const std::string& path, nn::ParameterStore& store) {
     detail::H5Handle ds(TESSERA_CHECK_HDF5(H5Dopen2(file.get(), name.c_str(), H5P_DEFAULT)), H5Dclose);
     // A compression filter this HDF5 lacks would fail the read, after the parameters before
     // it were loaded.
-    {
-      const detail::H5Handle plist(TESSERA_CHECK_HDF5(H5Dget_create_plist(ds.get())), H5Pclose);
-      for (int i = 0; i < H5Pget_nfilters(plist.get()); ++i) {
-        unsigned flags = 0;
-        std::size_t values = 0;
-        char filter_name[128] = "";
-        const H5Z_filter_t id = H5Pget_filter2(plist.get(), static_cast<unsigned>(i), &flags, &values, nullptr,
-                                               sizeof filter_name, filter_name, nullptr);
-        if (id >= 0 && H5Zfilter_avail(id) <= 0)
-          throw CheckpointError("'" + path + "': " + name + " is compressed with the filter '" + filter_name +
-                                "' (HDF5 filter " + std::to_string(id) +
-                                "), which this HDF5 cannot decode; rewrite the file without it (h5repack -f NONE "
-                                "in.h5 out.h5), or put the filter's plugin on HDF5_PLUGIN_PATH");
-      }
-    }
+    if (const std::string missing = detail::missing_filter(ds.get()); !missing.empty())
+      throw CheckpointError("'" + path + "': " + name + " " + missing +
+                            "; rewrite the file without it (h5repack -f NONE in.h5 out.h5), or put the filter's "
+                            "plugin on HDF5_PLUGIN_PATH");
     detail::H5Handle space(TESSERA_CHECK_HDF5(H5Dget_space(ds.get())), H5Sclose);
     std::vector<hsize_t> dims(static_cast<std::size_t>(TESSERA_CHECK_HDF5(H5Sget_simple_extent_ndims(space.get()))));
     TESSERA_CHECK_HDF5(H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr));

@@ -40,6 +40,27 @@ inline std::string hdf5_error_text() {
   return text.empty() ? "HDF5 gave no reason" : text;
 }
 
+/// Where a dataset is compressed with a filter this HDF5 cannot decode (h5py's lzf, blosc
+/// without their plugins), "is compressed with the filter 'lzf' (HDF5 filter 32000), which
+/// this HDF5 cannot decode"; else empty. Every read of it would fail, naming a plugin directory.
+inline std::string missing_filter(hid_t dataset) {
+  const hid_t plist = H5Dget_create_plist(dataset);
+  if (plist < 0) return {};
+  std::string missing;
+  for (int i = 0, n = H5Pget_nfilters(plist); i < n && missing.empty(); ++i) {
+    unsigned flags = 0;
+    std::size_t values = 0;
+    char name[128] = "";
+    const H5Z_filter_t id =
+        H5Pget_filter2(plist, static_cast<unsigned>(i), &flags, &values, nullptr, sizeof name, name, nullptr);
+    if (id >= 0 && H5Zfilter_avail(id) <= 0)
+      missing = "is compressed with the filter '" + std::string(name) + "' (HDF5 filter " + std::to_string(id) +
+                "), which this HDF5 cannot decode";
+  }
+  H5Pclose(plist);
+  return missing;
+}
+
 /// A dataset's shape as a message shows it: "[90]", "[100, 3]", "a scalar".
 inline std::string shape_text(const std::vector<hsize_t>& dims) {
   if (dims.empty()) return "a scalar";

@@ -79,21 +79,11 @@ class Hdf5Dataset final : public Dataset {
     // A compression filter this HDF5 lacks (lzf, blosc, ... as h5py and others write them)
     // fails every read; found here, before any work, and named.
     const auto require_filters = [&](const char* name, hid_t dataset) {
+      if (const std::string missing = tessera::detail::missing_filter(dataset); !missing.empty())
+        throw ConfigError("dataset '" + path + "': " + name + " " + missing +
+                          "; rewrite the file without it (h5repack -f NONE in.h5 out.h5, or h5py's "
+                          "compression='gzip'), or put the filter's plugin on HDF5_PLUGIN_PATH");
       const H5Handle plist(TESSERA_CHECK_HDF5(H5Dget_create_plist(dataset)), H5Pclose);
-      const int filters = H5Pget_nfilters(plist.get());
-      for (int i = 0; i < filters; ++i) {
-        unsigned flags = 0;
-        std::size_t values = 0;
-        char filter_name[128] = "";
-        const H5Z_filter_t id = H5Pget_filter2(plist.get(), static_cast<unsigned>(i), &flags, &values, nullptr,
-                                               sizeof filter_name, filter_name, nullptr);
-        if (id >= 0 && H5Zfilter_avail(id) <= 0)
-          throw ConfigError("dataset '" + path + "': " + name + " is compressed with the filter '" + filter_name +
-                            "' (HDF5 filter " + std::to_string(id) +
-                            "), which this HDF5 cannot decode; rewrite the file without it (h5repack -f NONE "
-                            "in.h5 out.h5, or h5py's compression='gzip'), or put the filter's plugin on "
-                            "HDF5_PLUGIN_PATH");
-      }
       // A dataset created and never written (its writer stopped before filling it) reads as
       // its fill value, zeros, in every row: the run trained on them without a word. Data
       // stored in external files has no space of its own in this one.
