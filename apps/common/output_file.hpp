@@ -35,8 +35,9 @@ inline std::string utc_now() {
 }
 
 /// Empty when a file can be created (or replaced) at `path`; otherwise what prevents it,
-/// starting with `flag`. Nothing is left behind.
-inline std::string cannot_write(const std::string& flag, const std::string& path) {
+/// starting with `flag`. Nothing is left behind. `always_beside`: the file is always written
+/// beside its target first (a model file), not only when the target exists (OutputFile).
+inline std::string cannot_write(const std::string& flag, const std::string& path, bool always_beside = false) {
   namespace fs = std::filesystem;
   std::error_code ec;
   const fs::path target = write_target(path);
@@ -59,17 +60,17 @@ inline std::string cannot_write(const std::string& flag, const std::string& path
     return what + "the directory '" + dir.string() + "' does not exist; create it first";
   }
   if (!fs::is_directory(dir, ec)) return what + "'" + dir.string() + "' is a file, not a directory";
-  // The file is written beside its target as NAME.tmp.PID and renamed into place: a name the
-  // file system takes whose copy's name is too long failed only once the run had finished.
+  // A file written beside its target as NAME.tmp.PID and renamed into place: a name the file
+  // system takes whose copy's name is too long failed only once the run had finished. The
+  // name suggested leaves room for any process id (7 digits).
   const std::string copy = target.filename().string() + ".tmp." + std::to_string(getpid());
   const long name_max = pathconf(dir.c_str(), _PC_NAME_MAX);
-  if (name_max > 0 && static_cast<long>(copy.size()) > name_max)
+  if ((always_beside || fs::exists(target, ec)) && name_max > 0 && static_cast<long>(copy.size()) > name_max)
     return what + "its name is " + std::to_string(target.filename().string().size()) +
            " characters long, and the file is first written beside it as '" + copy.substr(0, 12) + "....tmp." +
            std::to_string(getpid()) + "', " + std::to_string(copy.size()) + " characters, more than the " +
            std::to_string(name_max) + " this file system takes; give a name of at most " +
-           std::to_string(name_max - static_cast<long>(copy.size() - target.filename().string().size())) +
-           " characters";
+           std::to_string(name_max - static_cast<long>(std::string(".tmp.1234567").size())) + " characters";
   // In a directory whose sticky bit is set (as /tmp), only a file's owner (or the
   // directory's) may replace it: the rename into place failed after the run.
   struct stat dir_stat {};

@@ -101,7 +101,7 @@ int main(int argc, char** argv) {
       if (!trace_path.empty())
         if (auto why = apps::cannot_write("--trace", trace_path); !why.empty()) return why;
       if (!save_path.empty())
-        if (auto why = apps::cannot_write("--save", save_path); !why.empty()) return why;
+        if (auto why = apps::cannot_write("--save", save_path, /*always_beside=*/true); !why.empty()) return why;
       return apps::same_file_twice({{"--metrics", metrics_path}, {"--trace", trace_path}, {"--save", save_path}},
                                    {{"--config", config_path}, {"--data.source", c.data == "synthetic" ? "" : c.data}});
     });
