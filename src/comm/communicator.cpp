@@ -1742,38 +1742,54 @@ std::unique_ptr<Communicator> Communicator::split(int color, int key, const std:
   s.watched(op, detail::Deadline::after(s.timeout()), 1, [&] {
     TESSERA_CHECK_MPI(MPI_Comm_split(s.backend->group(), color < 0 ? MPI_UNDEFINED : color, key, &child));
   });
-  if (child == MPI_COMM_NULL) return nullptr;
   CommOptions options = s.options;
   options.timeout = s.timeout();  // the parent's, as set_timeout() left it
   options.name = name.empty() ? s.options.name + "." + std::to_string(color) : name;
   // The ranks of one group must give it one name. Ranks that issue their splits in other
   // orders (split "a" then "b" on one, "b" then "a" on another) pair each split with the
   // others' of the same number: their groups were made of the other split's ranks, in
-  // silence. Every rank of the group is here, just out of MPI_Comm_split, so this exchange
-  // waits for none.
+  // silence. Every rank of the parent compares them (so that every rank raises the same
+  // error, not a group's alone while the others wait for it): each is here, just out of
+  // MPI_Comm_split, so this exchange waits for none.
   {
-    constexpr std::size_t kShown = 64;
-    std::vector<char> mine(kShown, '\0');
-    std::copy_n(options.name.begin(), std::min(options.name.size(), kShown - 1), mine.begin());
-    int members = 0, me = 0;
-    TESSERA_CHECK_MPI(MPI_Comm_size(child, &members));
-    TESSERA_CHECK_MPI(MPI_Comm_rank(child, &me));
-    std::vector<char> all(kShown * static_cast<std::size_t>(members));
-    TESSERA_CHECK_MPI(MPI_Allgather(mine.data(), static_cast<int>(kShown), MPI_CHAR, all.data(),
-                                    static_cast<int>(kShown), MPI_CHAR, child));
-    const std::vector<int> member_ranks = detail::world_ranks_of(child);
-    std::string names;
-    bool differ = false;
-    for (int r = 0; r < members; ++r) {
-      const std::string given(all.data() + kShown * static_cast<std::size_t>(r));
-      differ = differ || given != std::string(all.data());
-      names += std::string(r ? ", " : "") + "world rank " + std::to_string(member_ranks[static_cast<std::size_t>(r)]) +
-               " '" + given + "'";
+    struct Given {
+      std::int64_t color;
+      std::uint64_t hash;  // of the whole name
+      char shown[48];
+    } mine{};
+    mine.color = color < 0 ? -1 : color;
+    mine.hash = tessera::detail::fnv1a(options.name);
+    std::copy_n(options.name.begin(), std::min(options.name.size(), sizeof mine.shown - 1), mine.shown);
+    std::vector<Given> all(static_cast<std::size_t>(s.size));
+    TESSERA_CHECK_MPI(
+        MPI_Allgather(&mine, sizeof mine, MPI_BYTE, all.data(), sizeof mine, MPI_BYTE, s.backend->group()));
+    std::map<std::int64_t, std::uint64_t> name_of_color;
+    std::int64_t differs = -1;
+    for (const Given& g : all) {
+      if (g.color < 0) continue;
+      const auto [it, first] = name_of_color.emplace(g.color, g.hash);
+      if (!first && it->second != g.hash) {
+        differs = g.color;
+        break;
+      }
     }
-    if (differ) {
-      MPI_Comm_free(&child);
+    if (differs >= 0) {
+      std::string names;
+      int shown = 0, more = 0;
+      for (int q = 0; q < s.size; ++q) {
+        const Given& g = all[static_cast<std::size_t>(q)];
+        if (g.color != differs) continue;
+        if (shown++ >= 8) {
+          ++more;
+          continue;
+        }
+        names += std::string(names.empty() ? "" : ", ") + "world rank " +
+                 std::to_string(s.world_ranks[static_cast<std::size_t>(q)]) + " '" + g.shown + "'";
+      }
+      if (more > 0) names += ", and " + std::to_string(more) + " more";
+      if (child != MPI_COMM_NULL) MPI_Comm_free(&child);
       throw MismatchError("split #" + std::to_string(index) + " of communicator '" + s.options.name +
-                              "': the ranks of its group of color " + std::to_string(color) +
+                              "': the ranks of its group of color " + std::to_string(differs) +
                               " gave it different names (" + names +
                               "): ranks that issue their splits in other orders pair each with the others' split of "
                               "the same number. Every rank must split in the same order; the names of one group must "
@@ -1781,6 +1797,7 @@ std::unique_ptr<Communicator> Communicator::split(int color, int key, const std:
                           __FILE__, __LINE__);
     }
   }
+  if (child == MPI_COMM_NULL) return nullptr;
   const std::string path = s.path + "/" + std::to_string(index) + ":" + std::to_string(color);
   const std::string child_name = options.name;
   std::unique_ptr<Communicator> made;

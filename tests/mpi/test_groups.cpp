@@ -95,6 +95,14 @@ TEST(Split, RanksThatGiveOneGroupDifferentNamesAreTold) {
                       " of communicator 'world': the ranks of its group of color 0 gave it different names (world rank "
                       "0 'a', world rank 1 'b'");
   }
+  // Where one group's names differ, the ranks of the other groups are told too: they had
+  // gone on, and waited for the group's ranks at the parent's next collective.
+  if (w.size() > 2) {
+    const bool last = w.rank() == w.size() - 1;
+    const std::string given = last ? "c" : (w.rank() == 0 ? "a" : "b");
+    EXPECT_THROW_WITH(w.split(last ? 1 : 0, w.rank(), given), MismatchError,
+                      "the ranks of its group of color 0 gave it different names (world rank 0 'a', world rank 1 'b'");
+  }
   // One name per group, a name per color: fine, and the parent is as usable as before.
   auto halves = w.split(w.rank() % 2, w.rank(), odd ? "odd" : "even");
   ASSERT_NE(halves, nullptr);
