@@ -243,9 +243,9 @@ void load_model(const std::string& path, nn::ParameterStore& store) {
     // only train to NaN.
     for (std::size_t i = 0; i < p.numel; ++i)
       if (!std::isfinite(h(i)))
-        throw CheckpointError("'" + path + "': " + name + " holds " + (std::isnan(h(i)) ? "NaN" : "an infinity") +
-                              " at element " + std::to_string(i) +
-                              " (or a value beyond float32's range), which no model " + "trains from" + partly());
+        throw CheckpointError("'" + path + "': " + name + " holds " +
+                              (std::isnan(h(i)) ? "NaN" : "an infinity (or a value beyond float32's range)") +
+                              " at element " + std::to_string(i) + ", which no model trains from" + partly());
     ++loaded;
     if (store.value_residency() == nn::Residency::Full) {
       Kokkos::deep_copy(p.value, h);

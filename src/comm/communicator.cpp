@@ -492,11 +492,11 @@ class CommState {
   }
 
   /// What ended a transfer that failed with `error`, for stuck_receive's message.
-  std::string ended_by(const std::exception_ptr& error) const {
+  std::string ended_by(const Op& op, const std::exception_ptr& error) const {
     try {
       std::rethrow_exception(error);
     } catch (const TimeoutError&) {
-      return "timed out after " + seconds_text(timeout());
+      return "timed out after " + seconds_text(limit_of(op));
     } catch (...) {
       return "failed";
     }
@@ -572,7 +572,7 @@ class CommState {
       t.pending->wait(t.deadline);
       received(t);
     });
-    if (error) drop(t, ended_by(error));
+    if (error) drop(t, ended_by(t.work->op, error));
     complete(t, std::move(error));
   }
 
@@ -637,7 +637,7 @@ class CommState {
           }
         });
         if (done || error) {
-          if (error) drop(*it, ended_by(error));
+          if (error) drop(*it, ended_by(it->work->op, error));
           complete(*it, std::move(error));
           it = active.erase(it);
           progressed = true;
@@ -707,19 +707,21 @@ class CommState {
         // has not started, and then it never touches the op's buffers.
         w->started_at = Clock::now();
         w->started.store(true);
+        // Under the lock too: a waiter reads the three under it, so that it never pairs one
+        // op's start with another's limit.
+        running_limit.store(limit_of(w->op).count());
+        running_since.store(w->started_at.time_since_epoch().count());
+        running.store(true);
       }
-      const auto limit = limit_of(w->op);
-      running_limit.store(limit.count());
-      running_since.store(w->started_at.time_since_epoch().count());
-      running.store(true);
+      const auto limit = std::chrono::milliseconds(running_limit.load());
       try {
         run(w->op, limit);
       } catch (...) {
         w->error = std::current_exception();
       }
-      running.store(false);
       {
         std::lock_guard<std::mutex> lock(mutex);
+        running.store(false);
         queue.pop_front();
         queued.store(queue.size(), std::memory_order_release);
       }
@@ -771,16 +773,16 @@ class CommState {
       // others waited inside the backend's call for it until the watchdog ended them.
       const Op* at_fence = &op;
       Op refused;
+      std::string refused_why;
       if (fenced && !op.refusal && op.count > 0 && !runs_alone(op)) {
         try {
           reserve_for(op);
         } catch (const Error& e) {
+          refused_why = describe(op) + ", collective #" + std::to_string(op.coll_seq) + " on communicator '" +
+                        options.name + "': could not reserve the buffers it is staged through (" + e.message() +
+                        "); the other ranks were told at its fence";
           refused = op;
-          refused.refusal = std::make_exception_ptr(
-              CommError(describe(op) + ", collective #" + std::to_string(op.coll_seq) + " on communicator '" +
-                            options.name + "': could not reserve the buffers it is staged through (" + e.message() +
-                            "); the other ranks were told at its fence",
-                        __FILE__, __LINE__));
+          refused.refusal = std::make_exception_ptr(CommError(refused_why, __FILE__, __LINE__));
           at_fence = &refused;
         }
       }
@@ -788,8 +790,12 @@ class CommState {
         try {
           fence(*at_fence, deadline);
         } catch (const MismatchError&) {
-          if (at_fence != &op) std::rethrow_exception(refused.refusal);  // this rank's own words
-          throw;
+          if (at_fence == &op) throw;
+          {  // the fence failed the communicator with the others' words: this rank keeps its own
+            std::lock_guard<std::mutex> lock(failure_mutex);
+            failure = refused_why;
+          }
+          std::rethrow_exception(refused.refusal);
         }
       }
       arrived = fenced;
@@ -1090,7 +1096,7 @@ class CommState {
     const WaitingFor waiting(*this, op);  // what a peer asking about this rank is told
     if (!deadline.none) {
       posting_op = op;
-      progress.posting_until.store((deadline.at + stuck_grace(timeout())).time_since_epoch().count(),
+      progress.posting_until.store((deadline.at + stuck_grace(limit_of(op))).time_since_epoch().count(),
                                    std::memory_order_release);
     }
     struct Unmark {
@@ -1120,7 +1126,8 @@ class CommState {
     std::string message =
         describe(op) + " on communicator '" + options.name + "' [" + library + ", " + std::to_string(size) +
         " ranks] has been inside the " + library + " backend's call that posts it for longer than its timeout of " +
-        seconds_text(timeout()) + ": that call waits for the peer (NCCL connects two ranks there the first time they " +
+        seconds_text(limit_of(op)) +
+        ": that call waits for the peer (NCCL connects two ranks there the first time they " +
         "exchange data, until the peer posts its matching " + (op.type == OpType::Recv ? "send" : "receive") +
         "). Peer: rank " +
         (report.missing.empty() ? rank_list(world_ranks, {op.peer}) + " is alive"
@@ -1566,13 +1573,19 @@ void Work::wait() {
     // by far (stuck where no deadline reaches it); it is then taken off the queue unstarted,
     // so its buffers are never touched.
     auto& comm = *w.comm;
-    // `running` before `running_since` and `running_limit`: the worker stores them in the
-    // other order, so a true `running` is never paired with an earlier op's. The op ahead
-    // is judged by its own limit: one lowered by set_timeout while it ran had given up the
-    // ops behind it as stuck, and failed the communicator, while it was still in time.
-    const bool busy = comm.running.load();
-    const auto ahead = detail::Clock::time_point(detail::Clock::duration(comm.running_since.load()));
-    const auto limit = std::chrono::milliseconds(comm.running_limit.load());
+    // Read under the queue's lock, under which the worker stores them as an op starts: one
+    // op's start and limit. The op ahead is judged by its own limit: one lowered by
+    // set_timeout while it ran had given up the ops behind it as stuck, and failed the
+    // communicator, while it was still in time.
+    bool busy = false;
+    detail::Clock::time_point ahead;
+    std::chrono::milliseconds limit{0};
+    {
+      std::lock_guard<std::mutex> queue_lock(comm.mutex);
+      busy = comm.running.load();
+      ahead = detail::Clock::time_point(detail::Clock::duration(comm.running_since.load()));
+      limit = std::chrono::milliseconds(comm.running_limit.load());
+    }
     const bool stuck = busy && limit.count() > 0 && detail::Clock::now() - ahead > 2 * limit + std::chrono::seconds(10);
     if (!comm.failed.load() && !stuck) continue;
     {

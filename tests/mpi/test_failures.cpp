@@ -137,7 +137,7 @@ std::unique_ptr<comm::Communicator> breakable(const std::string& name, std::chro
 // inside MPI_Allreduce for it until the watchdog ended their processes.
 TEST(Failures, ARankWithoutMemoryToStageAnOpFailsTheOthersAtItsFence) {
   auto& w = world();
-  if (w.size() < 2 || w.backend() != comm::Backend::Mpi) GTEST_SKIP() << "needs MPI (a fence) and 2 ranks";
+  if (w.size() < 2 || w.backend() == comm::Backend::Nccl) GTEST_SKIP() << "needs a fence (MPI, Gloo) and 2 ranks";
   auto sub = breakable("staging", std::chrono::milliseconds(3000));
   constexpr std::size_t n = std::size_t{16} << 20;  // bfloat16, reduced in float32: 64 MB each way
   std::vector<bfloat16> x(n, bfloat16(1.0f));
@@ -163,6 +163,11 @@ TEST(Failures, ARankWithoutMemoryToStageAnOpFailsTheOthersAtItsFence) {
   else
     EXPECT_THROW_WITH(all_reduce(), MismatchError, "refused its arguments to this one (its own message says why)");
   ASSERT_EQ(setrlimit(RLIMIT_AS, &before), 0);
+  // The communicator is unusable after it, and says why in this rank's own words.
+  if (w.rank() == 1)
+    EXPECT_THROW_WITH(sub->barrier(), CommError,
+                      "is unusable after an earlier failure (all_reduce (16777216 x bfloat16, sum), collective #1 on "
+                      "communicator 'staging': could not reserve the buffers it is staged through");
   w.barrier();
 }
 

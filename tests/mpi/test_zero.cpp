@@ -416,9 +416,6 @@ TEST(Zero, AStepOutOfOrderIsRefused) {
   }
 }
 
-// A save of a store without memory is refused on every rank before any collective: rank 0
-// alone failed (Kokkos' "extents of views don't match"), and the other ranks waited at the
-// save's broadcast until the timeout.
 // A model file's gather brings the whole model to rank 0 alone: the other ranks hold nothing
 // more than their shards (a ZeRO-3 save held the whole model twice on every rank).
 TEST(Zero, TheValuesGatheredForOneRankReachItAlone) {
@@ -441,6 +438,9 @@ TEST(Zero, TheValuesGatheredForOneRankReachItAlone) {
                     "gather_values: root " + std::to_string(w.size()) + " is no rank of communicator");
 }
 
+// A save of a store without memory is refused on every rank before any collective: rank 0
+// alone failed (Kokkos' "extents of views don't match"), and the other ranks waited at the
+// save's broadcast until the timeout.
 TEST(Zero, ASaveOfAStoreWithoutMemoryStopsEveryRank) {
   if (!build_info().hdf5) GTEST_SKIP() << "model files need HDF5";
   nn::ParameterStore bare;

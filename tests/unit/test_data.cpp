@@ -542,13 +542,13 @@ TEST(ModelFile, FilesOfOtherToolsAndDamagedOnesAreRefusedInWords) {
   // the first tensor; a NaN in the third, after two were loaded.
   write("layers.0.weight", with_values(H5T_IEEE_F64LE, H5P_DEFAULT, {0.25, 1e300}));
   EXPECT_THROW_WITH(checkpoint::load_model(path, b), CheckpointError,
-                    "/model/layers.0.weight holds an infinity at element 1 (or a value beyond float32's range), "
+                    "/model/layers.0.weight holds an infinity (or a value beyond float32's range) at element 1, "
                     "which no model trains from; the model is as it was");
   as_it_was();
   write("layers.1.weight", with_values(H5T_IEEE_F32LE, H5P_DEFAULT, {0.25, 0.5, 0.75, std::nan("")}));
   EXPECT_THROW_WITH(checkpoint::load_model(path, b), CheckpointError,
-                    "/model/layers.1.weight holds NaN at element 3 (or a value beyond float32's range), which no model "
-                    "trains from; the 2 tensors before it were loaded, so the model is now partly this file's");
+                    "/model/layers.1.weight holds NaN at element 3, which no model trains from; the 2 tensors before "
+                    "it were loaded, so the model is now partly this file's");
   // A file another program holds open for writing (HDF5 locks it, as flock does here) names
   // the lock, and how to live without one.
   write("", {});
