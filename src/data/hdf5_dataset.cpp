@@ -7,6 +7,7 @@
 #include <cctype>
 #include <cerrno>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <limits>
@@ -78,7 +79,7 @@ class Hdf5Dataset final : public Dataset {
     };
     // A compression filter this HDF5 lacks (lzf, blosc, ... as h5py and others write them)
     // fails every read; found here, before any work, and named.
-    const auto require_filters = [&](const char* name, hid_t dataset) {
+    const auto require_storage = [&](const char* name, hid_t dataset) {
       if (const std::string missing = tessera::detail::missing_filter(dataset); !missing.empty())
         throw ConfigError("dataset '" + path + "': " + name + " " + missing +
                           "; rewrite the file without it (h5repack -f NONE in.h5 out.h5, or h5py's "
@@ -87,6 +88,27 @@ class Hdf5Dataset final : public Dataset {
       // A dataset created and never written (its writer stopped before filling it) reads as
       // its fill value, zeros, in every row: the run trained on them without a word. Data
       // stored in external files has no space of its own in this one.
+      // A virtual dataset whose source file is not there reads as fill values where that
+      // file's data would be, in silence too (HDF5_VDS_PREFIX, where set, is HDF5's to search).
+      if (H5Pget_layout(plist.get()) == H5D_VIRTUAL && std::getenv("HDF5_VDS_PREFIX") == nullptr) {
+        std::size_t sources = 0;
+        if (H5Pget_virtual_count(plist.get(), &sources) < 0) sources = 0;
+        const auto here = std::filesystem::path(path).parent_path();
+        for (std::size_t k = 0; k < sources; ++k) {
+          const ssize_t length = H5Pget_virtual_filename(plist.get(), k, nullptr, 0);
+          if (length <= 0) continue;
+          std::string source(static_cast<std::size_t>(length) + 1, '\0');
+          H5Pget_virtual_filename(plist.get(), k, source.data(), source.size());
+          source.resize(static_cast<std::size_t>(length));
+          if (source == ".") continue;  // this file
+          std::error_code ec;
+          const std::filesystem::path p(source);
+          if (std::filesystem::exists(p, ec) || (p.is_relative() && std::filesystem::exists(here / p, ec))) continue;
+          throw bad(std::string(name) + " is a virtual dataset, and its source file '" + source +
+                    "' is not there (nor beside this file); HDF5 would read fill values in its place. Put it back, "
+                    "or set HDF5_VDS_PREFIX to its directory");
+        }
+      }
       H5D_space_status_t status{};
       if (H5Pget_external_count(plist.get()) <= 0 && H5Pget_layout(plist.get()) != H5D_VIRTUAL &&
           H5Dget_space_status(dataset, &status) >= 0 && status == H5D_SPACE_STATUS_NOT_ALLOCATED &&
@@ -100,7 +122,7 @@ class Hdf5Dataset final : public Dataset {
     };
     require_dataset("/inputs");
     inputs_ = open_data("/inputs");
-    require_filters("/inputs", inputs_.get());
+    require_storage("/inputs", inputs_.get());
     const auto in_shape = shape_of(inputs_.get());
     if (in_shape.size() != 2) throw bad("/inputs has rank " + std::to_string(in_shape.size()) + ", not 2");
     if (!is_type(inputs_.get(), H5T_NATIVE_FLOAT))
@@ -115,7 +137,7 @@ class Hdf5Dataset final : public Dataset {
     if (has_targets) {
       require_dataset("/targets");
       targets_ = open_data("/targets");
-      require_filters("/targets", targets_.get());
+      require_storage("/targets", targets_.get());
       const auto t = shape_of(targets_.get());
       if (t.size() != 2 || static_cast<std::int64_t>(t[0]) != rows_)
         throw bad("/targets must be [" + std::to_string(rows_) + ", d_out], one row per row of /inputs, not " +
@@ -128,7 +150,7 @@ class Hdf5Dataset final : public Dataset {
     } else {
       require_dataset("/labels");
       labels_ = open_data("/labels");
-      require_filters("/labels", labels_.get());
+      require_storage("/labels", labels_.get());
       const auto l = shape_of(labels_.get());
       if (l.size() != 1 || static_cast<std::int64_t>(l[0]) != rows_)
         throw bad("/labels must be [" + std::to_string(rows_) + "], one per row of /inputs, not " + shape_text(l));
