@@ -590,14 +590,35 @@ std::vector<float> gather_values(const nn::ParameterStore& store, comm::Communic
     throw ConfigError("gather_values: root " + std::to_string(root) + " is no rank of communicator '" + comm.name() +
                       "' (" + std::to_string(comm.size()) + " ranks)");
   const bool everywhere = root < 0;
-  std::vector<float> out(everywhere || comm.rank() == root ? store.numel() : 0);
-  if (store.value_residency() == nn::Residency::Full) {
+  const bool sharded = store.value_residency() != nn::Residency::Full;
+  // The whole model in host memory, and where every rank gets it from sharded values, on the
+  // device too: allocated before the ranks exchange anything, so that a rank without the
+  // memory tells the others rather than leave them in a send or broadcast until the timeout.
+  std::vector<float> out;
+  View1D<float> whole;
+  std::string short_of;
+  try {
+    if (everywhere || comm.rank() == root) out.resize(store.numel());
+    if (everywhere && sharded) whole = View1D<float>("tessera::gather_values", store.numel());
+  } catch (const std::exception& e) {
+    short_of = e.what();
+  }
+  if (!sharded) {
+    if (!short_of.empty())
+      throw Error("gather_values: no memory for the whole model's " + std::to_string(store.numel()) + " values (" +
+                  short_of + ")");
     if (!out.empty()) Kokkos::deep_copy(HostOut(out.data(), out.size()), store.values());
     return out;
   }
-  std::vector<std::int64_t> ranges(2 * static_cast<std::size_t>(comm.size()));
-  std::int64_t mine[2] = {static_cast<std::int64_t>(store.owned_begin()), static_cast<std::int64_t>(store.owned_end())};
-  comm.all_gather({mine, 2}, {ranges.data(), ranges.size()});
+  std::vector<std::int64_t> ranges(3 * static_cast<std::size_t>(comm.size()));
+  std::int64_t mine[3] = {static_cast<std::int64_t>(store.owned_begin()), static_cast<std::int64_t>(store.owned_end()),
+                          short_of.empty() ? 1 : 0};
+  comm.all_gather({mine, 3}, {ranges.data(), ranges.size()});
+  for (int r = 0; r < comm.size(); ++r)
+    if (ranges[3 * static_cast<std::size_t>(r) + 2] == 0)
+      throw Error("gather_values: rank " + std::to_string(r) + " of communicator '" + comm.name() +
+                  "' has no memory for the whole model's " + std::to_string(store.numel()) + " values" +
+                  (short_of.empty() ? std::string() : " (" + short_of + ")") + "; every rank stops here");
   const std::size_t owned = store.owned_end() - store.owned_begin();
   if (!everywhere) {
     // Each rank's shard straight into the root's host copy: the other ranks hold nothing
@@ -609,8 +630,8 @@ std::vector<float> gather_values(const nn::ParameterStore& store, comm::Communic
     }
     std::vector<comm::Work> receives;
     for (int r = 0; r < comm.size(); ++r) {
-      const auto b = static_cast<std::size_t>(ranges[2 * static_cast<std::size_t>(r)]);
-      const auto e = static_cast<std::size_t>(ranges[2 * static_cast<std::size_t>(r) + 1]);
+      const auto b = static_cast<std::size_t>(ranges[3 * static_cast<std::size_t>(r)]);
+      const auto e = static_cast<std::size_t>(ranges[3 * static_cast<std::size_t>(r) + 1]);
       if (r != root && b < e)
         receives.push_back(comm.recv_async({out.data() + b, e - b, DType::Float32, MemoryKind::Host}, r, kTag));
     }
@@ -620,12 +641,11 @@ std::vector<float> gather_values(const nn::ParameterStore& store, comm::Communic
     for (auto& w : receives) w.wait();
     return out;
   }
-  View1D<float> whole("tessera::gather_values", store.numel());
   if (store.owned_end() > store.owned_begin())
     copy(store.values().data(), whole.data() + store.owned_begin(), store.owned_end() - store.owned_begin());
   for (int r = 0; r < comm.size(); ++r) {
-    const auto b = static_cast<std::size_t>(ranges[2 * static_cast<std::size_t>(r)]);
-    const auto e = static_cast<std::size_t>(ranges[2 * static_cast<std::size_t>(r) + 1]);
+    const auto b = static_cast<std::size_t>(ranges[3 * static_cast<std::size_t>(r)]);
+    const auto e = static_cast<std::size_t>(ranges[3 * static_cast<std::size_t>(r) + 1]);
     if (b < e) comm.broadcast(buffer(whole.data() + b, e - b), r);
   }
   Kokkos::deep_copy(HostOut(out.data(), out.size()), whole);

@@ -3,9 +3,12 @@
 // run, gathered, must end with the same parameters. Memory and traffic are checked against
 // the ZeRO paper's formulas from what was allocated and sent.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include <cmath>
+#include <fstream>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include <tessera/checkpoint/model_file.hpp>
@@ -436,6 +439,37 @@ TEST(Zero, TheValuesGatheredForOneRankReachItAlone) {
   train::Trainer t(with(small_config(), kLayouts[0], 3), w);
   EXPECT_THROW_WITH(parallel::gather_values(t.parameters(), t.data_parallel(), w.size()), ConfigError,
                     "gather_values: root " + std::to_string(w.size()) + " is no rank of communicator");
+}
+
+// A root without the memory for the whole model says so, and every rank stops with it: the
+// others had sent their shards and waited for the root until the timeout.
+TEST(Zero, ARootWithoutMemoryForTheWholeModelStopsEveryRank) {
+  auto& w = world();
+  if (w.size() < 2) GTEST_SKIP() << "needs a rank besides the root";
+  // 18.9 M values, 75 MB: above glibc's largest mmap threshold (32 MB), so the allocation
+  // needs new address space, which the cap below does not leave.
+  train::TrainConfig c = test::small_run(2, 3072, 5);
+  c.teacher_layers = 1;
+  c.zero_stage = 3;
+  train::Trainer t(c, w);
+  rlimit before{};
+  ASSERT_EQ(getrlimit(RLIMIT_AS, &before), 0);
+  if (w.rank() == 0) {
+    std::ifstream status("/proc/self/status");
+    std::string key;
+    long long kib = 0;
+    while (status >> key && key != "VmSize:") status.ignore(1 << 20, '\n');
+    ASSERT_TRUE(status >> kib);
+    rlimit capped = before;
+    capped.rlim_cur = static_cast<rlim_t>((kib << 10) + (std::size_t{2} << 20));
+    ASSERT_EQ(setrlimit(RLIMIT_AS, &capped), 0);
+  }
+  EXPECT_THROW_WITH(parallel::gather_values(t.parameters(), t.data_parallel(), 0), Error,
+                    "gather_values: rank 0 of communicator 'world' has no memory for the whole model's");
+  ASSERT_EQ(setrlimit(RLIMIT_AS, &before), 0);
+  // With the memory, the same call gathers.
+  EXPECT_EQ(parallel::gather_values(t.parameters(), t.data_parallel(), 0).size(),
+            w.rank() == 0 ? t.parameters().numel() : 0u);
 }
 
 // A save of a store without memory is refused on every rank before any collective: rank 0
