@@ -78,6 +78,17 @@ void write_copy(const std::filesystem::path& copy, const std::filesystem::path& 
   if (::close(fd) != 0) throw fail("close");
 }
 
+/// `text` (up to 1024 characters) from rank `root` to every rank of `comm` (collective).
+std::string text_from(comm::Communicator& comm, const std::string& text, int root) {
+  std::vector<std::int32_t> word(1024, 0);
+  for (std::size_t i = 0; comm.rank() == root && i < text.size() && i < word.size(); ++i)
+    word[i] = static_cast<unsigned char>(text[i]);
+  comm.broadcast({word.data(), word.size()}, root);
+  std::string out;
+  for (std::size_t i = 0; i < word.size() && word[i] != 0; ++i) out += static_cast<char>(word[i]);
+  return out;
+}
+
 }  // namespace
 
 void save_model(const std::string& path, const nn::ParameterStore& store, comm::Communicator& comm) {
@@ -93,7 +104,7 @@ void save_model(const std::string& path, const nn::ParameterStore& store, comm::
       throw CheckpointError("'" + p.name + "' is cut into " + std::to_string(p.shard.parts) +
                             " tensor-parallel blocks, and model files hold whole tensors; writing blocks comes with "
                             "the parallel checkpoints");
-  int failed = 0;
+  std::int32_t failed = 0;
   std::string error;
   // The whole model on rank 0 alone: gathered from the ranks' shards where values are sharded.
   std::vector<float> values;
@@ -132,14 +143,8 @@ void save_model(const std::string& path, const nn::ParameterStore& store, comm::
     }
   }
   // Every rank learns whether the file was written, and why not: all say the same words.
-  std::vector<std::int32_t> word(1 + 1024, 0);
-  word[0] = failed;
-  for (std::size_t i = 0; i < error.size() && i + 2 < word.size(); ++i)
-    word[i + 1] = static_cast<unsigned char>(error[i]);
-  comm.broadcast({word.data(), word.size()}, 0);
-  failed = word[0];
-  error.clear();
-  for (std::size_t i = 1; i < word.size() && word[i] != 0; ++i) error += static_cast<char>(word[i]);
+  comm.broadcast({&failed, 1}, 0);
+  if (failed) error = text_from(comm, error, 0);
   if (failed)
     throw CheckpointError("could not write the model to '" + path + "'" + (error.empty() ? "" : ": " + error));
 }
@@ -256,6 +261,29 @@ void load_model(const std::string& path, nn::ParameterStore& store) {
       Kokkos::deep_copy(mine, part);
     }
   }
+}
+
+void load_model(const std::string& path, nn::ParameterStore& store, comm::Communicator& comm) {
+  std::string error;
+  try {
+    load_model(path, store);
+  } catch (const Error& e) {
+    error = e.message();
+  }
+  const std::int32_t mine = error.empty() ? 0 : 1;
+  std::vector<std::int32_t> all(static_cast<std::size_t>(comm.size()));
+  comm.all_gather({&mine, 1}, {all.data(), all.size()});
+  const auto first = std::find(all.begin(), all.end(), 1);
+  if (first == all.end()) return;
+  const int who = static_cast<int>(first - all.begin());
+  const auto count = std::count(all.begin(), all.end(), 1);
+  const std::string words = text_from(comm, error, who);
+  if (count == comm.size()) throw CheckpointError(words);
+  throw CheckpointError("rank " + std::to_string(who) +
+                        (count > 1 ? " and " + std::to_string(count - 1) + " more" : "") + " of communicator '" +
+                        comm.name() + "' could not load the model (" + words +
+                        "), and every rank stops: the ranks that loaded it hold its values, the others not (is '" +
+                        path + "' on node-local disk, missing on some nodes?)");
 }
 
 }  // namespace tessera::checkpoint

@@ -17,4 +17,7 @@ void save_model(const std::string& path, const nn::ParameterStore&, comm::Commun
 void load_model(const std::string& path, nn::ParameterStore&) {
   throw NotCompiledError("cannot read '" + path + "': HDF5 is not compiled in; rebuild with TESSERA_ENABLE_HDF5=ON");
 }
+void load_model(const std::string& path, nn::ParameterStore&, comm::Communicator&) {
+  throw NotCompiledError("cannot read '" + path + "': HDF5 is not compiled in; rebuild with TESSERA_ENABLE_HDF5=ON");
+}
 }  // namespace tessera::checkpoint

@@ -6,6 +6,7 @@
 #include <sys/resource.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <string>
@@ -482,6 +483,34 @@ TEST(Zero, ASaveOfAStoreWithoutMemoryStopsEveryRank) {
   EXPECT_THROW_WITH(checkpoint::save_model("never_written.h5", bare, world()), CheckpointError,
                     "its parameters have no memory yet");
   world().barrier();  // every rank got here: none was left in the save
+}
+
+// A model file one rank cannot read (its node's copy missing) stops every rank that loads it
+// together, naming that rank: the others had gone on to wait for it in their next collective.
+TEST(Zero, ALoadThatFailsOnOneRankStopsEveryRank) {
+  if (!build_info().hdf5) GTEST_SKIP() << "model files need HDF5";
+  auto& w = world();
+  train::Trainer t(with(small_config(), kLayouts[0], 3), w);
+  const std::string path = "load_together_" + std::to_string(w.size()) + ".h5";
+  checkpoint::save_model(path, t.parameters(), t.data_parallel());
+  const auto saved = whole(t, t.data_parallel());
+  train::Trainer other(with(small_config(), kLayouts[0], 3), w);
+  other.step();
+  ASSERT_NE(whole(other, other.data_parallel()), saved) << "a step must change the values, or loading proves nothing";
+  checkpoint::load_model(path, other.parameters(), other.data_parallel());
+  EXPECT_EQ(whole(other, other.data_parallel()), saved);
+  if (w.size() > 1) {
+    const std::string mine = w.rank() == w.size() - 1 ? "missing_on_this_node.h5" : path;
+    EXPECT_THROW_WITH(checkpoint::load_model(mine, other.parameters(), other.data_parallel()), CheckpointError,
+                      "rank " + std::to_string(w.size() - 1) +
+                          " of communicator 'world' could not load the model (model file 'missing_on_this_node.h5' "
+                          "does not exist), and every rank stops");
+  }
+  // Where every rank fails alike, its words alone.
+  EXPECT_THROW_WITH(checkpoint::load_model("nowhere.h5", other.parameters(), other.data_parallel()), CheckpointError,
+                    "model file 'nowhere.h5' does not exist");
+  w.barrier();
+  if (w.rank() == 0) std::filesystem::remove(path);
 }
 
 TEST(Zero, BadSettingsAreConfigErrorsBeforeAnythingRuns) {

@@ -26,4 +26,10 @@ void save_model(const std::string& path, const nn::ParameterStore& store, comm::
 /// says how many tensors before it were loaded.
 void load_model(const std::string& path, nn::ParameterStore& store);
 
+/// The same on every rank of `comm` together (collective): where some ranks cannot load the
+/// file (a copy on node-local disk missing on one node), every rank throws a CheckpointError
+/// naming the first that could not, rather than those that could going on to wait for it in
+/// their next collective.
+void load_model(const std::string& path, nn::ParameterStore& store, comm::Communicator& comm);
+
 }  // namespace tessera::checkpoint
