@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <system_error>
 #include <vector>
 
@@ -106,19 +107,24 @@ void save_model(const std::string& path, const nn::ParameterStore& store, comm::
                             "the parallel checkpoints");
   std::int32_t failed = 0;
   std::string error;
-  // The whole model on rank 0 alone: gathered from the ranks' shards where values are sharded.
+  // The whole model on rank 0 alone: gathered from the ranks' shards where values are sharded
+  // (collective: a rank 0 without the memory stops every rank there), else rank 0's own copy,
+  // taken inside its try below, so that its failure reaches the other ranks' broadcast.
   std::vector<float> values;
-  if (store.value_residency() != nn::Residency::Full || comm.rank() == 0)
-    values = parallel::gather_values(store, comm, /*root=*/0);
+  const bool sharded = store.value_residency() != nn::Residency::Full;
+  if (sharded) values = parallel::gather_values(store, comm, /*root=*/0);
   if (comm.rank() == 0) {
-    // Written beside where `path` leads (through symbolic links, which stay links) and renamed
-    // into place.
-    const std::filesystem::path target = write_target(path);
-    const std::string tmp = target.string() + ".tmp." + std::to_string(getpid());
-    const UnfinishedFile unfinished(tmp);  // removed by an app's handler if the job is stopped
-    const auto dir = target.parent_path();
+    std::string tmp;
+    std::optional<UnfinishedFile> unfinished;  // removed by an app's handler if the job is stopped
     detail::QuietHdf5 quiet;
     try {
+      if (!sharded) values = parallel::gather_values(store, comm, /*root=*/0);
+      // Written beside where `path` leads (through symbolic links, which stay links) and
+      // renamed into place.
+      const std::filesystem::path target = write_target(path);
+      tmp = target.string() + ".tmp." + std::to_string(getpid());
+      unfinished.emplace(tmp);
+      const auto dir = target.parent_path();
       if (!dir.empty() && std::filesystem::exists(dir) && !std::filesystem::is_directory(dir))
         throw CheckpointError("'" + dir.string() + "' is a file, not a directory");
       if (!dir.empty() && !std::filesystem::is_directory(dir))
@@ -136,7 +142,7 @@ void save_model(const std::string& path, const nn::ParameterStore& store, comm::
       replace_file(tmp, target);
     } catch (const std::exception& e) {
       std::error_code ignore;
-      std::filesystem::remove(tmp, ignore);
+      if (!tmp.empty()) std::filesystem::remove(tmp, ignore);
       failed = 1;
       const auto* tessera_error = dynamic_cast<const Error*>(&e);
       error = tessera_error != nullptr ? tessera_error->message() : e.what();  // decorated once, below
@@ -268,7 +274,9 @@ void load_model(const std::string& path, nn::ParameterStore& store, comm::Commun
   try {
     load_model(path, store);
   } catch (const Error& e) {
-    error = e.message();
+    error = e.message().empty() ? "cannot load '" + path + "'" : e.message();
+  } catch (const std::exception& e) {  // a file system's error (a link loop), memory: told the same way
+    error = "cannot load '" + path + "': " + e.what();
   }
   const std::int32_t mine = error.empty() ? 0 : 1;
   std::vector<std::int32_t> all(static_cast<std::size_t>(comm.size()));

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <limits>
 #include <numeric>
+#include <vector>
 
 #include <tessera/core/error.hpp>
 #include <tessera/data/dataset.hpp>
@@ -93,17 +94,28 @@ class Hdf5Dataset final : public Dataset {
       if (H5Pget_layout(plist.get()) == H5D_VIRTUAL && std::getenv("HDF5_VDS_PREFIX") == nullptr) {
         std::size_t sources = 0;
         if (H5Pget_virtual_count(plist.get(), &sources) < 0) sources = 0;
-        const auto here = std::filesystem::path(path).parent_path();
+        // Where HDF5 looks for a source: its path as given, then its name (and a relative
+        // path) beside the virtual file, through symbolic links or not, and in the working
+        // directory.
+        std::error_code ec;
+        std::vector<std::filesystem::path> beside = {std::filesystem::path(path).parent_path()};
+        const auto resolved = std::filesystem::canonical(path, ec);
+        if (!ec) beside.push_back(resolved.parent_path());
+        beside.push_back(std::filesystem::current_path(ec));
         for (std::size_t k = 0; k < sources; ++k) {
           const ssize_t length = H5Pget_virtual_filename(plist.get(), k, nullptr, 0);
           if (length <= 0) continue;
           std::string source(static_cast<std::size_t>(length) + 1, '\0');
           H5Pget_virtual_filename(plist.get(), k, source.data(), source.size());
           source.resize(static_cast<std::size_t>(length));
-          if (source == ".") continue;  // this file
-          std::error_code ec;
+          // This file, or a printf-style pattern of many (an unlimited dataset's "%b").
+          if (source == "." || source.find('%') != std::string::npos) continue;
           const std::filesystem::path p(source);
-          if (std::filesystem::exists(p, ec) || (p.is_relative() && std::filesystem::exists(here / p, ec))) continue;
+          bool found = std::filesystem::exists(p, ec);
+          for (const auto& dir : beside)
+            found = found || std::filesystem::exists(dir / p.filename(), ec) ||
+                    (p.is_relative() && std::filesystem::exists(dir / p, ec));
+          if (found) continue;
           throw bad(std::string(name) + " is a virtual dataset, and its source file '" + source +
                     "' is not there (nor beside this file); HDF5 would read fill values in its place. Put it back, "
                     "or set HDF5_VDS_PREFIX to its directory");

@@ -617,8 +617,8 @@ std::vector<float> gather_values(const nn::ParameterStore& store, comm::Communic
   for (int r = 0; r < comm.size(); ++r)
     if (ranges[3 * static_cast<std::size_t>(r) + 2] == 0)
       throw Error("gather_values: rank " + std::to_string(r) + " of communicator '" + comm.name() +
-                  "' has no memory for the whole model's " + std::to_string(store.numel()) + " values" +
-                  (short_of.empty() ? std::string() : " (" + short_of + ")") + "; every rank stops here");
+                  "' has no memory for the whole model's " + std::to_string(store.numel()) + " values (" +
+                  std::to_string(store.numel() * sizeof(float)) + " bytes); every rank stops here");
   const std::size_t owned = store.owned_end() - store.owned_begin();
   if (!everywhere) {
     // Each rank's shard straight into the root's host copy: the other ranks hold nothing
