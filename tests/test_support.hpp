@@ -2,10 +2,12 @@
 // Shared helpers for Tessera's tests.
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <fstream>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -18,6 +20,31 @@
 #include <tessera/train/trainer.hpp>
 
 namespace tessera::test {
+
+/// Caps this process's address space at what it uses now and `room` bytes more, until the
+/// cap ends: an allocation larger than that, and than glibc's largest mmap threshold (32 MB,
+/// above which every allocation takes new address space), then fails, as on a node whose
+/// memory is full.
+class AddressSpaceCap {
+ public:
+  explicit AddressSpaceCap(std::size_t room) {
+    if (getrlimit(RLIMIT_AS, &before_) != 0) throw std::runtime_error("getrlimit failed");
+    std::ifstream status("/proc/self/status");
+    std::string key;
+    long long kib = 0;
+    while (status >> key && key != "VmSize:") status.ignore(1 << 20, '\n');
+    if (!(status >> kib)) throw std::runtime_error("no VmSize in /proc/self/status");
+    rlimit capped = before_;
+    capped.rlim_cur = static_cast<rlim_t>((static_cast<std::size_t>(kib) << 10) + room);
+    if (setrlimit(RLIMIT_AS, &capped) != 0) throw std::runtime_error("setrlimit failed");
+  }
+  ~AddressSpaceCap() { setrlimit(RLIMIT_AS, &before_); }
+  AddressSpaceCap(const AddressSpaceCap&) = delete;
+  AddressSpaceCap& operator=(const AddressSpaceCap&) = delete;
+
+ private:
+  rlimit before_{};
+};
 
 /// The small synthetic run the parity tests share: 10 steps of a global batch of 24 from 480
 /// samples of a 2-layer teacher; each suite picks the model's shape and the seed.

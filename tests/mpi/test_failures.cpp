@@ -1,9 +1,8 @@
 // Bad arguments, timeouts and cross-rank op checks: each failure is a clear error, raised
 // on the ranks it concerns, never a hang or undefined behaviour.
 #include <gtest/gtest.h>
-#include <sys/resource.h>
 
-#include <fstream>
+#include <optional>
 #include <string>
 
 #include <thread>
@@ -142,18 +141,8 @@ TEST(Failures, ARankWithoutMemoryToStageAnOpFailsTheOthersAtItsFence) {
   constexpr std::size_t n = std::size_t{16} << 20;  // bfloat16, reduced in float32: 64 MB each way
   std::vector<bfloat16> x(n, bfloat16(1.0f));
   sub->all_reduce({x.data(), 8});  // every rank's buffers for small ops exist
-  rlimit before{};
-  ASSERT_EQ(getrlimit(RLIMIT_AS, &before), 0);
-  if (w.rank() == 1) {
-    std::ifstream status("/proc/self/status");
-    std::string key;
-    long long kib = 0;
-    while (status >> key && key != "VmSize:") status.ignore(1 << 20, '\n');
-    ASSERT_TRUE(status >> kib);
-    rlimit capped = before;
-    capped.rlim_cur = static_cast<rlim_t>((kib << 10) + (std::size_t{24} << 20));  // room for less than 64 MB
-    ASSERT_EQ(setrlimit(RLIMIT_AS, &capped), 0);
-  }
+  std::optional<test::AddressSpaceCap> cap;
+  if (w.rank() == 1) cap.emplace(std::size_t{24} << 20);  // room for less than 64 MB
   const auto all_reduce = [&] { sub->all_reduce({x.data(), n}); };
   if (w.rank() == 1)
     EXPECT_THROW_WITH(all_reduce(), CommError,
@@ -162,7 +151,7 @@ TEST(Failures, ARankWithoutMemoryToStageAnOpFailsTheOthersAtItsFence) {
                       "other ranks were told at its fence");
   else
     EXPECT_THROW_WITH(all_reduce(), MismatchError, "refused its arguments to this one (its own message says why)");
-  ASSERT_EQ(setrlimit(RLIMIT_AS, &before), 0);
+  cap.reset();
   // The communicator is unusable after it, and says why in this rank's own words.
   if (w.rank() == 1)
     EXPECT_THROW_WITH(sub->barrier(), CommError,

@@ -3,12 +3,11 @@
 // run, gathered, must end with the same parameters. Memory and traffic are checked against
 // the ZeRO paper's formulas from what was allocated and sent.
 #include <gtest/gtest.h>
-#include <sys/resource.h>
 
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -455,25 +454,16 @@ TEST(Zero, ARootWithoutMemoryForTheWholeModelStopsEveryRank) {
   c.teacher_layers = 1;
   c.zero_stage = 3;
   train::Trainer t(c, w);
-  rlimit before{};
-  ASSERT_EQ(getrlimit(RLIMIT_AS, &before), 0);
   // Rank 0's address space capped at what it uses now and 2 MB more.
+  std::optional<test::AddressSpaceCap> cap;
   const auto cap_rank_0 = [&] {
-    if (w.rank() != 0) return;
-    std::ifstream status("/proc/self/status");
-    std::string key;
-    long long kib = 0;
-    while (status >> key && key != "VmSize:") status.ignore(1 << 20, '\n');
-    ASSERT_TRUE(status >> kib);
-    rlimit capped = before;
-    capped.rlim_cur = static_cast<rlim_t>((kib << 10) + (std::size_t{2} << 20));
-    ASSERT_EQ(setrlimit(RLIMIT_AS, &capped), 0);
+    if (w.rank() == 0) cap.emplace(std::size_t{2} << 20);
   };
   cap_rank_0();
   EXPECT_THROW_WITH(parallel::gather_values(t.parameters(), t.data_parallel(), 0), Error,
                     "gather_values: rank 0 of communicator 'world' has no memory for the whole model's 18880512 values "
                     "(75522048 bytes); every rank stops here");
-  ASSERT_EQ(setrlimit(RLIMIT_AS, &before), 0);
+  cap.reset();
   // With the memory, the same call gathers.
   EXPECT_EQ(parallel::gather_values(t.parameters(), t.data_parallel(), 0).size(),
             w.rank() == 0 ? t.parameters().numel() : 0u);
@@ -484,7 +474,7 @@ TEST(Zero, ARootWithoutMemoryForTheWholeModelStopsEveryRank) {
   cap_rank_0();
   EXPECT_THROW_WITH(checkpoint::save_model("never_written_" + std::to_string(w.size()) + ".h5", ddp.parameters(), w),
                     CheckpointError, "gather_values: no memory for the whole model's 18880512 values");
-  ASSERT_EQ(setrlimit(RLIMIT_AS, &before), 0);
+  cap.reset();
 }
 
 // A save of a store without memory is refused on every rank before any collective: rank 0
