@@ -84,7 +84,7 @@ TEST(Split, NestedSplitsAndSimultaneousUse) {
 }
 
 // Ranks that issue named splits in other orders pair each with the others' split of the same
-// number: told on every rank of the group (its groups were made of the other split's ranks,
+// number: told on every rank of the parent (its groups were made of the other split's ranks,
 // in silence). Groups of one color may have names of their own.
 TEST(Split, RanksThatGiveOneGroupDifferentNamesAreTold) {
   auto& w = world();
