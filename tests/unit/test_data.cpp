@@ -420,6 +420,18 @@ TEST(Hdf5Dataset, AReadThatFailsNamesTheFileTheDatasetAndTheRows) {
   EXPECT_THROW_WITH(d->load({3}, x, t, View1D<std::int64_t>()), ConfigError, "reading /inputs row 3 failed: ");
 }
 
+/// Writes `values` (as doubles, converted to `type`) as the dataset of `p`'s name and shape
+/// under group `g`, with the creation properties `dcpl`: a tensor as another tool would.
+herr_t write_tensor(hid_t g, const nn::Parameter& p, hid_t type, hid_t dcpl, const std::vector<double>& values) {
+  std::vector<hsize_t> dims(p.shape.begin(), p.shape.end());
+  hid_t sp = H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr);
+  hid_t d = H5Dcreate2(g, p.name.c_str(), type, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+  const herr_t written = H5Dwrite(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data());
+  H5Dclose(d);
+  H5Sclose(sp);
+  return written;
+}
+
 TEST(ModelFile, SavesEveryParameterInItsGlobalShapeAndLoadsBack) {
   auto comm = comm::Communicator::create(comm::Backend::Mpi);
   nn::ParameterStore a;
@@ -491,16 +503,10 @@ TEST(ModelFile, SavesEveryParameterInItsGlobalShapeAndLoadsBack) {
     const std::string ints = temp("tessera_int_model.h5");
     hid_t f = H5Fcreate(ints.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
     hid_t g = H5Gcreate2(f, "/model", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-    for (const auto& p : a.parameters()) {
-      std::vector<hsize_t> dims(p.shape.begin(), p.shape.end());
-      hid_t sp = H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr);
-      hid_t d = H5Dcreate2(g, p.name.c_str(), p.name == "layers.1.bias" ? H5T_STD_I32LE : H5T_IEEE_F32LE, sp,
-                           H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-      const std::vector<float> ones(p.numel, 1.0f);
-      EXPECT_GE(H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, ones.data()), 0);
-      H5Dclose(d);
-      H5Sclose(sp);
-    }
+    for (const auto& p : a.parameters())
+      EXPECT_GE(write_tensor(g, p, p.name == "layers.1.bias" ? H5T_STD_I32LE : H5T_IEEE_F32LE, H5P_DEFAULT,
+                             std::vector<double>(p.numel, 1.0)),
+                0);
     H5Gclose(g);
     H5Fclose(f);
     nn::ParameterStore c;
@@ -550,27 +556,17 @@ TEST(ModelFile, FilesOfOtherToolsAndDamagedOnesAreRefusedInWords) {
         change(g, p);
         continue;
       }
-      std::vector<hsize_t> dims(p.shape.begin(), p.shape.end());
-      hid_t sp = H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr);
-      hid_t d = H5Dcreate2(g, p.name.c_str(), H5T_IEEE_F32LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
       const auto v = values_of(p);
-      H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data());
-      H5Dclose(d);
-      H5Sclose(sp);
+      write_tensor(g, p, H5T_IEEE_F32LE, H5P_DEFAULT, std::vector<double>(v.begin(), v.end()));
     }
     H5Gclose(g);
     H5Fclose(f);
   };
   const auto with_values = [&](hid_t type, hid_t dcpl, std::vector<double> v) {
     return [=](hid_t g, const nn::Parameter& p) {
-      std::vector<hsize_t> dims(p.shape.begin(), p.shape.end());
-      hid_t sp = H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr);
-      hid_t d = H5Dcreate2(g, p.name.c_str(), type, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT);
       std::vector<double> all(p.numel, 0.5);
       std::copy(v.begin(), v.end(), all.begin());
-      H5Dwrite(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, all.data());
-      H5Dclose(d);
-      H5Sclose(sp);
+      write_tensor(g, p, type, dcpl, all);
     };
   };
   nn::ParameterStore b;
