@@ -191,14 +191,6 @@ struct TrainFlags {
             "--comm.overlap_backward overlaps DDP's reductions with backward, and this run has one "
             "data-parallel rank (" +
             layout + "): nothing is reduced");
-      // On a GPU, the Trainer updates once after backward here whatever the flag says:
-      // queued beside backward, the buckets' updates made the step longer (see trainer.cpp).
-      if (given("--train.overlap_optimizer") && c.overlap_optimizer &&
-          memory_kind_of_space<DeviceMemorySpace>() == MemoryKind::Device)
-        notes.push_back(
-            "--train.overlap_optimizer updates each bucket as its reduction completes, and this run has one "
-            "data-parallel rank (" +
-            layout + ") on a GPU: nothing is reduced, and the update runs once after backward, which is faster there");
       if (given("--comm.grad_dtype") && c.ddp.grad_dtype != DType::Float32)
         notes.push_back(
             "--comm.grad_dtype sets the gradients data parallelism sends, and this run has one "

@@ -12,7 +12,10 @@ namespace tessera::kernels {
 
 class SideQueue {
  public:
-  SideQueue();
+  /// `urgent`: on a GPU, the stream has the device's highest priority, so that where the
+  /// default queue's kernels have blocks waiting, a multiprocessor that frees up takes this
+  /// queue's first (for updates beside backward on one GPU). Otherwise normal priority.
+  explicit SideQueue(bool urgent = false);
   ~SideQueue();
   SideQueue(const SideQueue&) = delete;
   SideQueue& operator=(const SideQueue&) = delete;

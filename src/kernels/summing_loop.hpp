@@ -31,10 +31,22 @@ struct SummingChunks {
   static constexpr std::size_t chunk = memory_kind_of_space<DeviceMemorySpace>() == MemoryKind::Host ? 4096 : 1;
   F f;
   std::size_t begin, end;
+  std::size_t stride = 0;  // on a GPU, the elements between one thread's (0: one each)
   std::size_t chunks() const { return end > begin ? (end - begin + chunk - 1) / chunk : 0; }
+  /// The work items: one per chunk, or on a GPU `threads` (when fewer) that stride over them.
+  std::size_t items(std::size_t threads) {
+    const std::size_t n = chunks();
+    if (chunk != 1 || threads == 0 || threads >= n) return n;
+    stride = threads;
+    return threads;
+  }
   KOKKOS_INLINE_FUNCTION void operator()(std::size_t c, double& acc) const {
     if constexpr (chunk == 1) {
-      if (begin + c < end) acc += static_cast<double>(f(begin + c));
+      if (stride == 0) {
+        if (begin + c < end) acc += static_cast<double>(f(begin + c));
+      } else {
+        for (std::size_t i = begin + c; i < end; i += stride) acc += static_cast<double>(f(i));
+      }
     } else {
       const std::size_t lo = begin + c * chunk;
       const std::size_t hi = end - lo < chunk ? end : lo + chunk;
@@ -54,12 +66,14 @@ struct SummingChunks {
 }  // namespace detail
 
 /// Queues f(i) for every i in [begin, end) on `space` and the sum (in double) of what it
-/// returns into `sum`; returns at once where the space runs asynchronously (a GPU).
+/// returns into `sum`; returns at once where the space runs asynchronously (a GPU). On a
+/// GPU, `threads` > 0 runs it on at most that many threads (Optimizer::limit_threads).
 template <class F>
 void for_each_summing(const char* label, const Kokkos::DefaultExecutionSpace& space, std::size_t begin, std::size_t end,
-                      const F& f, const Kokkos::View<double, DeviceMemorySpace>& sum) {
-  const detail::SummingChunks<F> body{f, begin, end};
-  Kokkos::parallel_reduce(label, Range(space, 0, body.chunks()), body, sum);
+                      const F& f, const Kokkos::View<double, DeviceMemorySpace>& sum, std::size_t threads = 0) {
+  detail::SummingChunks<F> body{f, begin, end};
+  const std::size_t items = body.items(threads);
+  Kokkos::parallel_reduce(label, Range(space, 0, items), body, sum);
 }
 
 /// The same on the default instance, waiting for the sum and returning it.

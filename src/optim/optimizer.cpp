@@ -18,7 +18,7 @@ using SumView = Kokkos::View<double, DeviceMemorySpace>;
 // member function.
 void sgd_kernel(const Kokkos::DefaultExecutionSpace& space, std::size_t begin, std::size_t end, const View1D<float>& p,
                 const View1D<const float>& g, const View1D<float>& b, float lr, float mu, float wd, bool first,
-                const SumView& grad_square) {
+                const SumView& grad_square, std::size_t threads) {
   const bool use_momentum = mu > 0;
   kernels::for_each_summing(
       "tessera::sgd", space, begin, end,
@@ -32,7 +32,7 @@ void sgd_kernel(const Kokkos::DefaultExecutionSpace& space, std::size_t begin, s
         p(i) -= lr * d;
         return gi * gi;
       },
-      grad_square);
+      grad_square, threads);
 }
 
 /// One element's AdamW update, the same arithmetic on every path; returns g * g.
@@ -49,35 +49,40 @@ struct AdamWRule {
 #ifdef KOKKOS_ENABLE_CUDA
 bool aligned16(const void* ptr) { return reinterpret_cast<std::uintptr_t>(ptr) % 16 == 0; }
 
-/// On a GPU: each thread updates four consecutive elements, reading and writing each array
-/// as one 16-byte float4 (the update is memory-bound: 28 bytes per parameter). Elements
-/// before the first 16-byte boundary and after the last whole quad are updated one per
-/// thread. Needs the four arrays 16-byte aligned.
+/// On a GPU: each work item updates four consecutive elements, reading and writing each
+/// array as one 16-byte float4 (the update is memory-bound: 28 bytes per parameter).
+/// Elements before the first 16-byte boundary and after the last whole quad are updated one
+/// per item. Needs the four arrays 16-byte aligned. With `threads` > 0 and fewer than the
+/// items, that many threads each take every threads-th item.
 void adamw_quads(const Kokkos::DefaultExecutionSpace& space, std::size_t begin, std::size_t end, float* p,
-                 const float* g, float* m, float* v, AdamWRule rule, const SumView& grad_square) {
+                 const float* g, float* m, float* v, AdamWRule rule, const SumView& grad_square, std::size_t threads) {
   const std::size_t a = std::min(end, (begin + 3) / 4 * 4);  // the first quad's first element
   const std::size_t quads = (end - a) / 4;
   const std::size_t b = a + 4 * quads;  // the first element after the quads
   const std::size_t head = a - begin, tail = end - b;
+  const std::size_t items = head + quads + tail;
+  const std::size_t stride = threads > 0 && threads < items ? threads : items;
   Kokkos::parallel_reduce(
-      "tessera::adamw", Range(space, 0, head + quads + tail),
-      KOKKOS_LAMBDA(std::size_t w, double& acc) {
-        if (w >= head && w < head + quads) {
-          const std::size_t i = a + 4 * (w - head);
-          float4 pq = *reinterpret_cast<const float4*>(p + i);
-          float4 mq = *reinterpret_cast<const float4*>(m + i);
-          float4 vq = *reinterpret_cast<const float4*>(v + i);
-          const float4 gq = *reinterpret_cast<const float4*>(g + i);
-          acc += static_cast<double>(rule(pq.x, mq.x, vq.x, gq.x));
-          acc += static_cast<double>(rule(pq.y, mq.y, vq.y, gq.y));
-          acc += static_cast<double>(rule(pq.z, mq.z, vq.z, gq.z));
-          acc += static_cast<double>(rule(pq.w, mq.w, vq.w, gq.w));
-          *reinterpret_cast<float4*>(p + i) = pq;
-          *reinterpret_cast<float4*>(m + i) = mq;
-          *reinterpret_cast<float4*>(v + i) = vq;
-        } else {
-          const std::size_t i = w < head ? begin + w : b + (w - head - quads);
-          acc += static_cast<double>(rule(p[i], m[i], v[i], g[i]));
+      "tessera::adamw", Range(space, 0, stride),
+      KOKKOS_LAMBDA(std::size_t first, double& acc) {
+        for (std::size_t w = first; w < items; w += stride) {
+          if (w >= head && w < head + quads) {
+            const std::size_t i = a + 4 * (w - head);
+            float4 pq = *reinterpret_cast<const float4*>(p + i);
+            float4 mq = *reinterpret_cast<const float4*>(m + i);
+            float4 vq = *reinterpret_cast<const float4*>(v + i);
+            const float4 gq = *reinterpret_cast<const float4*>(g + i);
+            acc += static_cast<double>(rule(pq.x, mq.x, vq.x, gq.x));
+            acc += static_cast<double>(rule(pq.y, mq.y, vq.y, gq.y));
+            acc += static_cast<double>(rule(pq.z, mq.z, vq.z, gq.z));
+            acc += static_cast<double>(rule(pq.w, mq.w, vq.w, gq.w));
+            *reinterpret_cast<float4*>(p + i) = pq;
+            *reinterpret_cast<float4*>(m + i) = mq;
+            *reinterpret_cast<float4*>(v + i) = vq;
+          } else {
+            const std::size_t i = w < head ? begin + w : b + (w - head - quads);
+            acc += static_cast<double>(rule(p[i], m[i], v[i], g[i]));
+          }
         }
       },
       grad_square);
@@ -86,16 +91,16 @@ void adamw_quads(const Kokkos::DefaultExecutionSpace& space, std::size_t begin, 
 
 void adamw_kernel(const Kokkos::DefaultExecutionSpace& space, std::size_t begin, std::size_t end,
                   const View1D<float>& p, const View1D<const float>& g, const View1D<float>& m, const View1D<float>& v,
-                  const AdamWRule& rule, const SumView& grad_square) {
+                  const AdamWRule& rule, const SumView& grad_square, std::size_t threads) {
 #ifdef KOKKOS_ENABLE_CUDA
   if (aligned16(p.data()) && aligned16(g.data()) && aligned16(m.data()) && aligned16(v.data())) {
-    adamw_quads(space, begin, end, p.data(), g.data(), m.data(), v.data(), rule, grad_square);
+    adamw_quads(space, begin, end, p.data(), g.data(), m.data(), v.data(), rule, grad_square, threads);
     return;
   }
 #endif
   kernels::for_each_summing(
       "tessera::adamw", space, begin, end, KOKKOS_LAMBDA(std::size_t i) { return rule(p(i), m(i), v(i), g(i)); },
-      grad_square);
+      grad_square, threads);
 }
 
 /// Throws ConfigError "<who>: <field> is <value>; it must be <wanted>" unless `ok`.
@@ -170,7 +175,7 @@ void SGD::start_step() { ++t_; }
 
 void SGD::apply(std::size_t offset, std::size_t count, const SumView& grad_square) {
   sgd_kernel(space_, offset, offset + count, params_, grads_, momentum_, options_.lr, options_.momentum,
-             options_.weight_decay, t_ == 1, grad_square);
+             options_.weight_decay, t_ == 1, grad_square, threads_);
 }
 
 AdamW::AdamW(View1D<float> params, View1D<float> grads, AdamWOptions options)
@@ -204,7 +209,7 @@ void AdamW::start_step() {
 void AdamW::apply(std::size_t offset, std::size_t count, const SumView& grad_square) {
   const AdamWRule rule{options_.beta1, options_.beta2, options_.eps, 1.0f - options_.lr * options_.weight_decay,
                        step_size_,     inv_sqrt_c2_};
-  adamw_kernel(space_, offset, offset + count, params_, grads_, m_, v_, rule, grad_square);
+  adamw_kernel(space_, offset, offset + count, params_, grads_, m_, v_, rule, grad_square, threads_);
 }
 
 }  // namespace tessera::optim

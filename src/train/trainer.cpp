@@ -584,15 +584,23 @@ Trainer::Trainer(TrainConfig config, comm::Communicator& comm) : config_(std::mo
     pipeline_ = std::make_unique<parallel::Pipeline>(mesh_->pp(), modules, schedule, config_.microbatches, rows,
                                                      config_.dim, config_.dim);
   }
-  side_ = std::make_unique<kernels::SideQueue>();
-  // One rank on a GPU updates after backward, in one launch. Queued beside backward on a
-  // stream of its own, each bucket's update took turns with backward's GEMMs rather than
-  // overlapping them, and the step was 0.06-0.08 ms longer (H100, MLP 8 x 4096, batch 1024,
-  // alternating runs in two device sessions). On a CPU, where kernels run where they are
-  // queued, DDP's buckets are still updated inside backward as each completes (ZeRO on one
-  // rank installs no hooks: it updates after backward).
-  overlap_updates_ =
-      config_.overlap_optimizer && (dp_->size() > 1 || memory_kind_of_space<DeviceMemorySpace>() == MemoryKind::Host);
+  overlap_updates_ = config_.overlap_optimizer;
+  // One rank on a GPU: DDP hands each bucket over as backward is done with it, and its update
+  // is queued beside the rest of backward on a second stream of the highest priority, limited
+  // to a quarter of the threads the GPU holds at once (Optimizer::limit_threads): it then
+  // keeps that share of the multiprocessors and leaves the rest to backward's GEMMs, and the
+  // step's last update, with nothing left to share the GPU with, takes all of it. On an H100
+  // (MLP 8 x 4096, batch 1024, fp32) that made the step 0.14-0.32 ms shorter than one update
+  // after backward in each of 5 alternating rounds. With every thread it could have, or at
+  // normal priority, the updates took turns with the GEMMs and the step was no shorter than
+  // after backward, nor with an eighth of the threads or less (docs/strategies.md has the
+  // figures).
+  const bool one_gpu =
+      overlap_updates_ && dp_->size() == 1 && memory_kind_of_space<DeviceMemorySpace>() != MemoryKind::Host;
+  side_ = std::make_unique<kernels::SideQueue>(one_gpu);
+  if (one_gpu)
+    side_threads_ =
+        std::max<std::size_t>(static_cast<std::size_t>(Kokkos::DefaultExecutionSpace().concurrency()) / 4, 1024);
 
   if (config_.optimizer == "sgd") {
     optim::SGDOptions o;
@@ -736,8 +744,14 @@ StepMetrics Trainer::step_once() {
       // its reduction completes, while later buckets travel (on a GPU on a queue of its own,
       // a second CUDA stream); on one rank on a CPU where backward completes it.
       optimizer_->begin_step();
+      handed_ = 0;
       strategy_->begin_step([this](std::size_t offset, std::size_t count) {
         side_->follow_default();
+        // One GPU: an update queued while backward is still being queued runs beside its
+        // GEMMs on a share of the GPU; the step's last has all of it.
+        const bool beside = side_threads_ > 0 && in_backward_ && handed_ + count < optimizer_->size();
+        optimizer_->limit_threads(beside ? side_threads_ : 0);
+        handed_ += count;
         optimizer_->update(offset, count);
         // With several ranks the update is timed as the optimizer's (on a GPU the reductions
         // of later buckets run meanwhile on their own streams); on one rank (a CPU) it ran here.
@@ -812,7 +826,9 @@ StepMetrics Trainer::step_once() {
     strategy_->set_sync(last);
     if (last) begin_sync();
     t = Clock::now();
+    in_backward_ = last;
     model_->backward(dy_);
+    in_backward_ = false;
     Kokkos::DefaultExecutionSpace().fence();
     strategy_->end_backward();
     mark("backward", t);
@@ -825,6 +841,7 @@ StepMetrics Trainer::step_once() {
   const auto t = Clock::now();
   if (!overlap_updates_) {
     side_->follow_default();
+    optimizer_->limit_threads(0);
     optimizer_->begin_step();
     optimizer_->update(0, optimizer_->size());
   }

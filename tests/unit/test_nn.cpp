@@ -792,21 +792,24 @@ TEST(Optimizers, AnUpdateBeforeAnyStepBeganIsRefused) {
   sgd.step();  // begins its own
 }
 
-void adamw_over_ranges(std::size_t p_shift, std::size_t g_shift);
+void adamw_over_ranges(std::size_t p_shift, std::size_t g_shift, std::size_t threads);
 
 TEST(Optimizers, AdamWOverRangesOffFourElementBoundariesFollowsTorchRule) {
   // On a GPU the update runs four elements per thread where they are 16-byte aligned and one
   // per thread before and after: ranges that start and end at every offset modulo 4. And the
   // parameters or gradients at an address off 16 bytes (a ZeRO shard that starts at an odd
-  // element) take the path of one element per thread throughout.
-  for (const auto& [p_shift, g_shift] : {std::make_pair(0, 0), std::make_pair(1, 0), std::make_pair(0, 3)}) {
-    SCOPED_TRACE("parameters " + std::to_string(p_shift) + " and gradients " + std::to_string(g_shift) +
-                 " elements into their buffers");
-    adamw_over_ranges(static_cast<std::size_t>(p_shift), static_cast<std::size_t>(g_shift));
+  // element) take the path of one element per thread throughout. With its threads limited
+  // (as beside backward), each thread takes every threads-th of those.
+  for (const std::size_t threads : {0, 5, 64}) {
+    for (const auto& [p_shift, g_shift] : {std::make_pair(0, 0), std::make_pair(1, 0), std::make_pair(0, 3)}) {
+      SCOPED_TRACE("parameters " + std::to_string(p_shift) + " and gradients " + std::to_string(g_shift) +
+                   " elements into their buffers, threads limited to " + std::to_string(threads));
+      adamw_over_ranges(static_cast<std::size_t>(p_shift), static_cast<std::size_t>(g_shift), threads);
+    }
   }
 }
 
-void adamw_over_ranges(std::size_t p_shift, std::size_t g_shift) {
+void adamw_over_ranges(std::size_t p_shift, std::size_t g_shift, std::size_t threads) {
   const std::size_t n = 1003;
   std::vector<double> init(n), grad(n);
   for (std::size_t i = 0; i < n; ++i) {
@@ -820,6 +823,7 @@ void adamw_over_ranges(std::size_t p_shift, std::size_t g_shift) {
   put(g, grad);
   const float lr = 1e-2f, wd = 0.1f;
   optim::AdamW adam(p, g, {lr, 0.9f, 0.999f, 1e-8f, wd});
+  adam.limit_threads(threads);
   std::vector<double> ref = init, m(n, 0.0), v(n, 0.0);
   const std::vector<std::pair<std::size_t, std::size_t>> ranges = {{0, 1}, {1, 6}, {7, 2}, {9, n - 11}, {n - 2, 2}};
   for (int t = 1; t <= 3; ++t) {
@@ -882,6 +886,8 @@ TEST(Optimizers, UpdatingRangesInAnyOrderEqualsOneWholeStep) {
       const double gi = static_cast<float>(grad[i]);
       want += gi * gi;
     }
+    // On a GPU, each range on fewer threads than it has elements (as beside backward).
+    ranged->limit_threads(37);
     for (int step = 0; step < 3; ++step) {
       const double all = whole->step();
       ranged->begin_step();

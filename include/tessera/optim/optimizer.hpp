@@ -34,6 +34,12 @@ class Optimizer {
   /// Queues later updates on this execution space instance (e.g. a CUDA stream beside the
   /// one backward runs on, so that they overlap it). Default: the default instance.
   void run_on(const Kokkos::DefaultExecutionSpace& space) { space_ = space; }
+  /// On a GPU, runs each later update on at most `threads` threads (0, the default: as many
+  /// as its range fills), each stepping through the range by that many elements. An update
+  /// queued beside other kernels (backward's GEMMs) then holds a few multiprocessors for
+  /// its whole run and leaves the others to them, instead of taking every one they free. No
+  /// effect on the host.
+  void limit_threads(std::size_t threads) noexcept { threads_ = threads; }
   virtual std::size_t size() const noexcept = 0;
   virtual float lr() const noexcept = 0;
   /// Sets the learning rate (AdamW's bias-corrected step size takes it at the next
@@ -52,6 +58,7 @@ class Optimizer {
   virtual void apply(std::size_t offset, std::size_t count,
                      const Kokkos::View<double, DeviceMemorySpace>& grad_square) = 0;
   Kokkos::DefaultExecutionSpace space_;
+  std::size_t threads_ = 0;  // limit_threads()
 
  private:
   Kokkos::View<double*, DeviceMemorySpace> partials_;  // one sum of squares per update() of the step

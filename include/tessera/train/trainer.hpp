@@ -166,6 +166,9 @@ class Trainer {
   std::unique_ptr<optim::Optimizer> optimizer_;
   std::unique_ptr<kernels::SideQueue> side_;  // where the optimizer's kernels run
   bool overlap_updates_ = true;               // each bucket's update as it is ready (TrainConfig::overlap_optimizer)
+  std::size_t side_threads_ = 0;              // GPU threads of an update queued beside backward (0: no limit)
+  bool in_backward_ = false;                  // the step's last backward is being queued
+  std::size_t handed_ = 0;                    // elements handed to the optimizer so far this step
   View2D<float> inputs_, targets_, dy_;
   View1D<std::int64_t> labels_;
   std::vector<std::int64_t> micro_indices_;
