@@ -24,7 +24,13 @@ class DeviceArray {
   }
   DeviceArray(const std::vector<T>& v) : DeviceArray(v.size()) { upload(v); }
   ~DeviceArray() { cudaFree(ptr_); }
-  void upload(const std::vector<T>& v) { cudaMemcpy(ptr_, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice); }
+  // From pageable memory cudaMemcpy returns once the data is staged, before it lands, and
+  // NCCL's streams are not ordered after the stream it runs on: without the wait, an op could
+  // write its result before a NaN-fill still landing overwrote it.
+  void upload(const std::vector<T>& v) {
+    cudaMemcpy(ptr_, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice);
+    cudaDeviceSynchronize();
+  }
   std::vector<T> download() const {
     std::vector<T> v(n_);
     cudaMemcpy(v.data(), ptr_, n_ * sizeof(T), cudaMemcpyDeviceToHost);
