@@ -584,8 +584,13 @@ Trainer::Trainer(TrainConfig config, comm::Communicator& comm) : config_(std::mo
     pipeline_ = std::make_unique<parallel::Pipeline>(mesh_->pp(), modules, schedule, config_.microbatches, rows,
                                                      config_.dim, config_.dim);
   }
-  overlap_updates_ = config_.overlap_optimizer;
-  // One rank on a GPU: DDP hands each bucket over as backward is done with it, and its update
+  // One data-parallel rank on GPUs of its own with tensor- or pipeline-parallel peers updates
+  // after backward, as measured faster before the share below was (beside backward, with
+  // every thread, the updates took turns with the GEMMs); the share was measured on one GPU
+  // alone, not beside tensor parallelism's all-reduces.
+  const bool gpu = memory_kind_of_space<DeviceMemorySpace>() != MemoryKind::Host;
+  overlap_updates_ = config_.overlap_optimizer && (dp_->size() > 1 || !gpu || comm_.size() == 1);
+  // One rank on one GPU: DDP hands each bucket over as backward is done with it, and its update
   // is queued beside the rest of backward on a second stream of the highest priority, limited
   // to a quarter of the threads the GPU holds at once (Optimizer::limit_threads): it then
   // keeps that share of the multiprocessors and leaves the rest to backward's GEMMs, and the
@@ -595,8 +600,7 @@ Trainer::Trainer(TrainConfig config, comm::Communicator& comm) : config_(std::mo
   // normal priority, the updates took turns with the GEMMs and the step was no shorter than
   // after backward, nor with an eighth of the threads or less (docs/strategies.md has the
   // figures).
-  const bool one_gpu =
-      overlap_updates_ && dp_->size() == 1 && memory_kind_of_space<DeviceMemorySpace>() != MemoryKind::Host;
+  const bool one_gpu = overlap_updates_ && gpu && comm_.size() == 1;
   side_ = std::make_unique<kernels::SideQueue>(one_gpu);
   if (one_gpu)
     side_threads_ =
@@ -698,6 +702,16 @@ std::string first_sentence(const std::string& text) {
   const auto end = text.find(". ");
   return end == std::string::npos ? text : text.substr(0, end);
 }
+
+/// Sets a flag for the life of a scope (the step's last backward being queued), and clears
+/// it however the scope ends.
+struct BackwardMark {
+  bool& flag;
+  BackwardMark(bool& f, bool on) : flag(f) { flag = on; }
+  ~BackwardMark() { flag = false; }
+  BackwardMark(const BackwardMark&) = delete;
+  BackwardMark& operator=(const BackwardMark&) = delete;
+};
 }  // namespace
 
 StepMetrics Trainer::step() {
@@ -742,7 +756,8 @@ StepMetrics Trainer::step_once() {
     if (overlap_updates_) {
       // Each bucket is updated as soon as its gradients are final: with several ranks when
       // its reduction completes, while later buckets travel (on a GPU on a queue of its own,
-      // a second CUDA stream); on one rank on a CPU where backward completes it.
+      // a second CUDA stream); on one rank where backward completes it (on a CPU there and
+      // then, on one GPU queued beside the rest of backward).
       optimizer_->begin_step();
       handed_ = 0;
       strategy_->begin_step([this](std::size_t offset, std::size_t count) {
@@ -754,7 +769,8 @@ StepMetrics Trainer::step_once() {
         handed_ += count;
         optimizer_->update(offset, count);
         // With several ranks the update is timed as the optimizer's (on a GPU the reductions
-        // of later buckets run meanwhile on their own streams); on one rank (a CPU) it ran here.
+        // of later buckets run meanwhile on their own streams); on one rank it ran (a CPU) or
+        // was queued (a GPU) inside backward, and counts as the optimizer's there.
         if (dp_->size() > 1) side_->space().fence();
       });
     } else {
@@ -826,9 +842,10 @@ StepMetrics Trainer::step_once() {
     strategy_->set_sync(last);
     if (last) begin_sync();
     t = Clock::now();
-    in_backward_ = last;
-    model_->backward(dy_);
-    in_backward_ = false;
+    {
+      const BackwardMark mark_backward(in_backward_, last);
+      model_->backward(dy_);
+    }
     Kokkos::DefaultExecutionSpace().fence();
     strategy_->end_backward();
     mark("backward", t);

@@ -59,9 +59,9 @@ struct TrainConfig {
   double max_rank_bytes = 0;
   /// Update each gradient bucket's parameters as soon as its reduction completes, overlapping
   /// the optimizer with the remaining communication (off: one update after all of it). One
-  /// data-parallel rank has no reductions to overlap: on a GPU, and under ZeRO, its update runs
-  /// after backward (measured faster on a GPU than beside it); DDP on a CPU updates each
-  /// bucket as backward completes it.
+  /// data-parallel rank has no reductions to overlap: DDP updates each bucket as backward
+  /// completes it, on a CPU and on one GPU alone (beside the rest of backward, on a share of
+  /// the GPU); ZeRO, a pipeline stage, and tensor-parallel ranks on GPUs update after backward.
   bool overlap_optimizer = true;
 
   /// Throws ConfigError for values no run can use (before any communication); given the
@@ -167,7 +167,7 @@ class Trainer {
   std::unique_ptr<kernels::SideQueue> side_;  // where the optimizer's kernels run
   bool overlap_updates_ = true;               // each bucket's update as it is ready (TrainConfig::overlap_optimizer)
   std::size_t side_threads_ = 0;              // GPU threads of an update queued beside backward (0: no limit)
-  bool in_backward_ = false;                  // the step's last backward is being queued
+  bool in_backward_ = false;                  // the step's last backward is being queued (BackwardMark)
   std::size_t handed_ = 0;                    // elements handed to the optimizer so far this step
   View2D<float> inputs_, targets_, dy_;
   View1D<std::int64_t> labels_;
