@@ -6,6 +6,9 @@
 #include <mpi.h>
 #include <CLI/CLI.hpp>
 #include <Kokkos_Core.hpp>
+#ifdef KOKKOS_ENABLE_CUDA
+#include <cuda_runtime.h>
+#endif
 
 #include <signal.h>
 #include <unistd.h>
@@ -144,12 +147,13 @@ struct KokkosNumber {
   int least;
   int example;  // shown in the message
   const char* what;
+  bool gpu = false;  // a GPU's id, checked against the GPUs too (kokkos_device_error)
 };
 inline constexpr KokkosNumber kKokkosNumbers[] = {
     {"--kokkos-num-threads", "KOKKOS_NUM_THREADS", 1, 2, "a number of threads"},
     {"--kokkos-threads", nullptr, 1, 2, "a number of threads"},
-    {"--kokkos-device-id", "KOKKOS_DEVICE_ID", 0, 0, "a GPU's id"},
-    {"--kokkos-device", nullptr, 0, 0, "a GPU's id"},
+    {"--kokkos-device-id", "KOKKOS_DEVICE_ID", 0, 0, "a GPU's id", true},
+    {"--kokkos-device", nullptr, 0, 0, "a GPU's id", true},
     {"--kokkos-num-devices", nullptr, 0, 1, "a number of GPUs"},
     {"--kokkos-numa", nullptr, 0, 1, "a number of NUMA regions"},
 };
@@ -169,6 +173,29 @@ inline std::string kokkos_number_error(const KokkosNumber& s, const std::string&
   return {};
 }
 
+/// A GPU id (a whole number that passed kokkos_number_error) past the GPUs this process sees,
+/// or nothing: Kokkos 4 aborts the process on it, with a core dump and a backtrace on every
+/// rank. Nothing on a host build, where Kokkos ignores it, nor where CUDA cannot count the
+/// GPUs or KOKKOS_VISIBLE_DEVICES renumbers them (Kokkos then says what is wrong).
+inline std::string kokkos_device_error(const std::string& value) {
+#ifdef KOKKOS_ENABLE_CUDA
+  if (std::getenv("KOKKOS_VISIBLE_DEVICES") != nullptr) return {};
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count < 1) {
+    (void)cudaGetLastError();  // cleared: Kokkos asks again, and says why
+    return {};
+  }
+  if (std::stoll(value) < count) return {};
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  return "this process sees " + std::to_string(count) +
+         (count == 1 ? " GPU, id 0" : " GPUs, ids 0 to " + std::to_string(count - 1)) +
+         (visible != nullptr ? std::string(" (CUDA_VISIBLE_DEVICES=") + visible + ")" : std::string());
+#else
+  (void)value;
+  return {};
+#endif
+}
+
 /// Kokkos' GPU-to-rank mapping (Kokkos 4): the names it takes.
 inline std::string kokkos_map_error(const std::string& value) {
   return value == "mpi_rank" || value == "random" ? std::string() : "Kokkos takes mpi_rank or random";
@@ -186,7 +213,9 @@ inline std::string kokkos_environment_error(bool unset = false) {
   for (const auto& s : kKokkosNumbers) {
     const char* value = s.env != nullptr ? std::getenv(s.env) : nullptr;
     if (value == nullptr) continue;
-    if (const std::string why = kokkos_number_error(s, value); !why.empty())
+    std::string why = kokkos_number_error(s, value);
+    if (why.empty() && s.gpu) why = kokkos_device_error(value);
+    if (!why.empty())
       found(s.env, std::string(s.env) + "=" + value + " in the environment: " + why + "; set it to one (" + s.env +
                        "=" + std::to_string(s.example) + "), or unset it");
   }
@@ -297,6 +326,7 @@ inline int run_app(int argc, char** argv, CLI::App& app, Outputs outputs, const 
       for (const auto& s : detail::kKokkosNumbers)
         if (key == s.flag) {
           why = detail::kokkos_number_error(s, value);
+          if (why.empty() && s.gpu) why = detail::kokkos_device_error(value);
           example = key + "=" + std::to_string(s.example);
         }
       if (key == "--kokkos-map-device-id-by") {
