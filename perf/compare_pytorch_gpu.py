@@ -4,11 +4,14 @@ GELU between them), MSE against a teacher of the same shape, AdamW with PyTorch'
 optimizer. Tessera's figures come from tessera-bench-train (its step, the step's breakdown
 and its GEMMs alone, timed in the same process); PyTorch's are timed here: its step, and the
 same 3 L - 1 GEMMs alone as torch.mm, so that a gap can be told to be the GEMMs' or the
-rest's. With --bias-epilogue both (the default) Tessera runs twice a round: with its Linear
-biases added in cuBLASLt's GEMM epilogue, as PyTorch's Linear adds them (Tessera's default
-on a GPU, TESSERA_GEMM_BIAS_EPILOGUE=1), and in a pass after each GEMM
-(TESSERA_GEMM_BIAS_EPILOGUE=0), the two in turn first. All alternate for --rounds rounds in
-one run; each keeps its best median, and the JSON also holds every round's. Writes JSON.
+rest's. With --bias-epilogue both (the default) Tessera also runs with its Linear biases
+added in a pass after each GEMM (TESSERA_GEMM_BIAS_EPILOGUE=0) beside its default, cuBLASLt's
+GEMM epilogue, as PyTorch's Linear adds them; with --overlap-optimizer both (the default),
+also with its optimizer updating once after backward (--train.overlap_optimizer false)
+beside its default, each bucket's update queued beside the rest of backward. Each such
+variant differs from the default in that one way. All alternate for --rounds rounds in one
+run, in reverse order every other round; each keeps its best median, and the JSON also holds
+every round's. Writes JSON.
 
 Usage (a CUDA build of Tessera, on a machine with a GPU and PyTorch):
   python3 perf/compare_pytorch_gpu.py --bench build-cuda/perf/tessera-bench-train \\
@@ -124,9 +127,10 @@ def memory_bound_shares(m, mb):
     return ", ".join(parts)
 
 
-def tessera_run(args, bias_epilogue):
+def tessera_run(args, bias_epilogue, overlap_optimizer=True):
     """Runs tessera-bench-train with TESSERA_GEMM_BIAS_EPILOGUE=1 (True), =0 (False) or unset
-    (None: the build's default) and returns its JSON."""
+    (None: the build's default), and --train.overlap_optimizer false where overlap_optimizer
+    is False (else the default, true), and returns its JSON."""
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
         path = f.name
     try:
@@ -134,6 +138,8 @@ def tessera_run(args, bias_epilogue):
                str(args.batch), "--bench.steps", str(args.steps), "--bench.warmup", str(args.warmup),
                # Each round times at least one step: no more rounds than steps.
                "--bench.rounds", str(min(3, args.steps)), "--json", path]
+        if not overlap_optimizer:
+            cmd += ["--train.overlap_optimizer", "false"]
         env = dict(os.environ)
         env.pop("TESSERA_GEMM_BIAS_EPILOGUE", None)
         if bias_epilogue is not None:
@@ -207,29 +213,42 @@ def main():
     p.add_argument("--bias-epilogue", choices=["off", "on", "both"], default="both",
                    help="Tessera's Linear bias in cuBLASLt's epilogue (on, Tessera's default on a GPU), after "
                         "the GEMM (off), or both, alternating")
+    p.add_argument("--overlap-optimizer", choices=["off", "on", "both"], default="both",
+                   help="Tessera's optimizer updating each bucket beside the rest of backward (on, Tessera's "
+                        "default), once after backward (off), or both, alternating")
     p.add_argument("--quiet", action="store_true", help="send the benchmark's own table to stderr")
     p.add_argument("--json", help="write the results as JSON to this file")
     args = p.parse_args()
     check_before_running(p, args)
 
-    # The default way (the epilogue) first: it is the one the headline ratios are of.
-    variants = {"off": [False], "on": [True], "both": [True, False]}[args.bias_epilogue]
+    # The default ways (the epilogue, updates beside backward) first: the headline ratios are
+    # of the first variant; each other one differs from it in one way.
+    epilogues = {"off": [False], "on": [True], "both": [True, False]}[args.bias_epilogue]
+    overlaps = {"off": [False], "on": [True], "both": [True, False]}[args.overlap_optimizer]
+    head = (epilogues[0], overlaps[0])
+    variants = [head] + [(e, head[1]) for e in epilogues[1:]] + [(head[0], o) for o in overlaps[1:]]
+
+    def round_key(v):
+        if v[1] != head[1]:
+            return "tessera_updates_after_backward" if not v[1] else "tessera_updates_beside_backward"
+        return "tessera_bias_epilogue" if v[0] else "tessera_bias_after"
+
     best, torch_best, torch_gemm, rounds = {}, None, None, []
     for r in range(args.rounds):
         this_round = {}
-        # Each round swaps the two ways' order, so that neither always runs first.
-        for epilogue in variants if r % 2 == 0 else variants[::-1]:
-            t = tessera_run(args, epilogue)
-            this_round["tessera_bias_epilogue" if epilogue else "tessera_bias_after"] = t["median_s"]["step"]
-            if epilogue not in best or t["median_s"]["step"] < best[epilogue]["median_s"]["step"]:
-                best[epilogue] = t
+        # Each round reverses the order, so that no variant always runs first.
+        for v in variants if r % 2 == 0 else variants[::-1]:
+            t = tessera_run(args, v[0], v[1])
+            this_round[round_key(v)] = t["median_s"]["step"]
+            if v not in best or t["median_s"]["step"] < best[v]["median_s"]["step"]:
+                best[v] = t
         step, framework, gpu = pytorch_step_time(args)
         torch_best = step if torch_best is None else min(torch_best, step)
         gemm, products = pytorch_gemm_time(args)
         torch_gemm = gemm if torch_gemm is None else min(torch_gemm, gemm)
         this_round.update(pytorch=step, pytorch_gemm_only=gemm)
         rounds.append(this_round)
-    tessera = best[variants[0]]
+    tessera = best[head]
     m = tessera["median_s"]
     # Both sides must have run on the same kind of GPU for the ratios to mean anything.
     tessera_gpu = tessera.get("machine", {}).get("gpu")
@@ -249,14 +268,23 @@ def main():
         "tessera_copy_speed_step_over_gemm": tessera["copy_speed_step_over_gemm"],
         "rounds_s": rounds,
     }
-    if True in best and False in best:
-        a = best[False]
+    if (True, head[1]) in best and (False, head[1]) in best:
+        a = best[(False, head[1])]
         out["tessera_bias_after"] = a
         out["tessera_bias_after_over_pytorch"] = a["median_s"]["step"] / torch_best
         out["tessera_bias_after_step_over_gemm"] = a["median_s"]["step"] / a["median_s"]["gemm_only"]
         out["bias_epilogue_over_separate"] = m["step"] / a["median_s"]["step"]
         out["bias_epilogue_faster_every_round"] = all(
             r["tessera_bias_epilogue"] < r["tessera_bias_after"] for r in rounds)
+    if (head[0], True) in best and (head[0], False) in best:
+        a = best[(head[0], False)]
+        out["tessera_updates_after_backward"] = a
+        out["tessera_updates_after_backward_over_pytorch"] = a["median_s"]["step"] / torch_best
+        out["tessera_updates_after_backward_step_over_gemm"] = a["median_s"]["step"] / a["median_s"]["gemm_only"]
+        out["updates_beside_over_after"] = m["step"] / a["median_s"]["step"]
+        out["updates_beside_faster_every_round"] = all(
+            r["tessera_bias_epilogue" if head[0] else "tessera_bias_after"] < r["tessera_updates_after_backward"]
+            for r in rounds)
 
     def bias_way(t):
         c = t["config"]
@@ -269,7 +297,10 @@ def main():
     note = other_gpu_note(tessera_gpu, gpu)
     if note:
         print(f"  {note}")
-    print(f"  Tessera step {m['step'] * 1e3:.2f} ms, {bias_way(tessera)} (its GEMMs alone "
+    def update_way(t):
+        return "updates beside backward" if t["config"].get("overlap_optimizer") else "updates after backward"
+
+    print(f"  Tessera step {m['step'] * 1e3:.2f} ms, {bias_way(tessera)}, {update_way(tessera)} (its GEMMs alone "
           f"{m['gemm_only'] * 1e3:.2f} ms, optimizer alone {m['optimizer_only'] * 1e3:.2f} ms)")
     if "tessera_bias_after" in out:
         a = out["tessera_bias_after"]
@@ -278,6 +309,14 @@ def main():
               f"{out['tessera_bias_after_step_over_gemm']:.3f}; the epilogue's step / this one = "
               f"{out['bias_epilogue_over_separate']:.4f} (lower in "
               f"{sum(r['tessera_bias_epilogue'] < r['tessera_bias_after'] for r in rounds)} of {len(rounds)} rounds)")
+    if "tessera_updates_after_backward" in out:
+        a = out["tessera_updates_after_backward"]
+        head_key = "tessera_bias_epilogue" if head[0] else "tessera_bias_after"
+        print(f"  Tessera step {a['median_s']['step'] * 1e3:.2f} ms, {update_way(a)}; / PyTorch = "
+              f"{out['tessera_updates_after_backward_over_pytorch']:.3f}, / its GEMMs = "
+              f"{out['tessera_updates_after_backward_step_over_gemm']:.3f}; the default's step / this one = "
+              f"{out['updates_beside_over_after']:.4f} (lower in "
+              f"{sum(r[head_key] < r['tessera_updates_after_backward'] for r in rounds)} of {len(rounds)} rounds)")
     mb = tessera["memory_bound"]
     shares = memory_bound_shares(m, mb)
     print(f"  Tessera's memory-bound passes alone (speed / a copy's {mb['copy_bytes_per_s'] / 1e12:.2f} TB/s): "

@@ -6,8 +6,10 @@ With a tessera-bench-train as well, its runs with the Linear biases after the GE
 the epilogue must set TESSERA_GEMM_BIAS_EPILOGUE as asked, and the benchmark must report
 which way its biases went (on the host: all after the GEMM, the epilogue being cuBLASLt's);
 with the variable unset (even where the caller's environment sets it), the build's default:
-the epilogue in a CUDA build, none in a host build. The benchmark names its GPU (none on a
-host build), and a Tessera GPU other than PyTorch's is said to be.
+the epilogue in a CUDA build, none in a host build. Its runs with the updates after backward
+pass --train.overlap_optimizer false, and the others leave the default (true). The
+benchmark names its GPU (none on a host build), and a Tessera GPU other than PyTorch's is
+said to be.
 
 Usage: python3 tests/check_compare_pytorch_gpu.py perf/compare_pytorch_gpu.py [tessera-bench-train]
 """
@@ -93,6 +95,11 @@ if len(sys.argv) > 2:
                             f"after) = {got}, expected {want}")
         bias_ways += f"; epilogue {({True: 'on', False: 'off', None: 'unset'})[epilogue]}: {config['gemm_bias_in_epilogue']} GEMMs with it, " \
                      f"{config['gemm_bias_separate']} after"
+    # Updates after backward where asked (--overlap-optimizer off or both), else the default.
+    for overlap in (False, True):
+        config = compare.tessera_run(run, None, overlap)["config"]
+        if config["overlap_optimizer"] is not overlap:
+            problems.append(f"overlap_optimizer {overlap}: the benchmark ran with {config['overlap_optimizer']}")
     # Fewer steps than the benchmark's default rounds (3): the script asks for fewer rounds.
     run.steps = 2
     config = compare.tessera_run(run, None)["config"]
