@@ -8,6 +8,7 @@
 signal="$1" pattern="$2"
 shift 2
 rm -f ./*.tmp.*
+: > out.txt  # emptied first: an earlier run's would read as this one under way
 printf 'metrics from an earlier run\n' > m.jsonl
 printf 'a model from an earlier run\n' > model.h5
 cp m.jsonl m.before && cp model.h5 model.before

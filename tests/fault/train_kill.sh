@@ -14,6 +14,7 @@ cp model.h5 before.h5
 printf '{"step": 1, "from": "an earlier run"}\n' > m.jsonl
 cp m.jsonl before_m.jsonl
 rm -f m.jsonl.tmp.*
+: > out.txt  # emptied first: an earlier run's would read as this one under way
 "$@" > out.txt 2>&1 &
 job=$!
 for _ in $(seq 1 200); do grep -q "^step" out.txt && break; sleep 0.1; done
