@@ -486,8 +486,13 @@ int main(int argc, char** argv) {
           comm->size(), comm->size() == 1 ? "" : "s", comm::backend_name(comm->backend()), trainer.strategy().name(),
           layout.substr(0, layout.find(':')).c_str(),  // "dp 1 x tp 1 x pp 2", not its groups
           c.layers, c.dim, static_cast<long long>(c.global_batch), c.optimizer.c_str(),
-          c.overlap_optimizer ? " overlapped with communication" : " after communication", dtype_name(c.ddp.grad_dtype),
-          steps, steps == 1 ? "" : "s", where.c_str());
+          trainer.data_parallel().size() > 1
+              ? (trainer.overlaps_updates() ? " overlapped with communication" : " after communication")
+              // One data-parallel rank: DDP's buckets as backward completes them, but ZeRO's and
+              // a pipeline stage's after backward (and its flush).
+              : (trainer.overlaps_updates() && c.zero_stage == 0 && c.pp == 1 ? " bucket by bucket during backward"
+                                                                              : " after backward"),
+          dtype_name(c.ddp.grad_dtype), steps, steps == 1 ? "" : "s", where.c_str());
       const auto bias_counts = kernels::gemm_bias_counts();
       if (kernels::gemm_bias_epilogue_requested())
         std::printf(

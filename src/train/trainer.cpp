@@ -584,7 +584,7 @@ Trainer::Trainer(TrainConfig config, comm::Communicator& comm) : config_(std::mo
     pipeline_ = std::make_unique<parallel::Pipeline>(mesh_->pp(), modules, schedule, config_.microbatches, rows,
                                                      config_.dim, config_.dim);
   }
-  // One data-parallel rank on GPUs of its own with tensor- or pipeline-parallel peers updates
+  // One data-parallel rank on GPUs with tensor- or pipeline-parallel peers updates
   // after backward, as measured faster before the share below was (beside backward, with
   // every thread, the updates took turns with the GEMMs); the share was measured on one GPU
   // alone, not beside tensor parallelism's all-reduces.
@@ -598,8 +598,8 @@ Trainer::Trainer(TrainConfig config, comm::Communicator& comm) : config_(std::mo
   // (MLP 8 x 4096, batch 1024, fp32) that made the step 0.14-0.32 ms shorter than one update
   // after backward in each of 5 alternating rounds. With every thread it could have, or at
   // normal priority, the updates took turns with the GEMMs and the step was no shorter than
-  // after backward, nor with an eighth of the threads or less (docs/strategies.md has the
-  // figures).
+  // after backward; with a half, a third, a sixth or fewer of the threads it was longer than
+  // with a quarter in every round where both ran (docs/strategies.md has the figures).
   const bool one_gpu = overlap_updates_ && gpu && comm_.size() == 1;
   side_ = std::make_unique<kernels::SideQueue>(one_gpu);
   if (one_gpu)

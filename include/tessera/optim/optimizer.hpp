@@ -35,10 +35,11 @@ class Optimizer {
   /// one backward runs on, so that they overlap it). Default: the default instance.
   void run_on(const Kokkos::DefaultExecutionSpace& space) { space_ = space; }
   /// On a GPU, runs each later update on at most `threads` threads (0, the default: as many
-  /// as its range fills), each stepping through the range by that many elements. An update
-  /// queued beside other kernels (backward's GEMMs) then holds a few multiprocessors for
-  /// its whole run and leaves the others to them, instead of taking every one they free. No
-  /// effect on the host.
+  /// as its range fills), each stepping through the range's work items (groups of four
+  /// elements where aligned) by that many. An update queued beside other kernels (backward's
+  /// GEMMs) then holds only that many threads' share of the GPU for its whole run and leaves
+  /// the rest to them, instead of taking every multiprocessor they free. No effect on the
+  /// host.
   void limit_threads(std::size_t threads) noexcept { threads_ = threads; }
   virtual std::size_t size() const noexcept = 0;
   virtual float lr() const noexcept = 0;

@@ -146,6 +146,10 @@ class Trainer {
   /// The ZeRO strategy; throws when DDP runs.
   parallel::ZeroDataParallel& zero();
   const TrainConfig& config() const noexcept { return config_; }
+  /// Whether each bucket is updated as soon as it is ready (TrainConfig::overlap_optimizer,
+  /// where this run does so): with several data-parallel ranks as its reduction completes,
+  /// with one as backward completes it.
+  bool overlaps_updates() const noexcept { return overlap_updates_; }
   /// Steps completed; a step that threw does not count.
   std::int64_t steps_done() const noexcept { return steps_done_; }
 
