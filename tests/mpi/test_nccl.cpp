@@ -24,7 +24,7 @@ class DeviceArray {
   }
   DeviceArray(const std::vector<T>& v) : DeviceArray(v.size()) { upload(v); }
   ~DeviceArray() { cudaFree(ptr_); }
-  // From pageable memory cudaMemcpy returns once the data is staged, before it lands, and
+  // From pageable memory cudaMemcpy may return once the data is staged, before it lands, and
   // NCCL's streams are not ordered after the stream it runs on: without the wait, an op could
   // write its result before a NaN-fill still landing overwrote it.
   void upload(const std::vector<T>& v) {
