@@ -229,8 +229,9 @@ def main():
     variants = [head] + [(e, head[1]) for e in epilogues[1:]] + [(head[0], o) for o in overlaps[1:]]
 
     def round_key(v):
+        # Only --overlap-optimizer both adds a variant of the other way: after backward.
         if v[1] != head[1]:
-            return "tessera_updates_after_backward" if not v[1] else "tessera_updates_beside_backward"
+            return "tessera_updates_after_backward"
         return "tessera_bias_epilogue" if v[0] else "tessera_bias_after"
 
     best, torch_best, torch_gemm, rounds = {}, None, None, []
