@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """check_kernel_ranges.py ROOT: every Kokkos kernel in the sources counts its iterations in 64
-bits. A kernel's policy must be tessera::Range (src/core/range.hpp: size_t indices), or the
-host's own RangePolicy for host-only loops. Kokkos' defaults count in int: an integer count
+bits. A kernel's policy must be tessera::Range (src/core/range.hpp: size_t indices), its
+tessera::RangeOn<Space> for a kernel written for any execution space, or the host's own
+RangePolicy for host-only loops. Kokkos' defaults count in int: an integer count
 (parallel_for("x", n, f)), RangePolicy<> or RangePolicy<ExecSpace> would wrap past 2^31
 elements on a GPU, and a TeamPolicy or MDRangePolicy would need its own review. Exits 1 naming
 each kernel that uses another policy."""
@@ -9,7 +10,8 @@ import pathlib
 import re
 import sys
 
-ALLOWED = ("Range(", "tessera::Range(", "Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace>(")
+ALLOWED = ("Range(", "tessera::Range(", "RangeOn<", "tessera::RangeOn<",
+           "Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace>(")
 CALL = re.compile(r"\bparallel_(?:for|reduce|scan)\s*\(")
 
 
@@ -70,7 +72,7 @@ def main():
     if bad:
         print("use tessera::Range (src/core/range.hpp), which counts in 64 bits, for every device kernel")
         return 1
-    print(f"check_kernel_ranges.py: {kernels} kernels, each with tessera::Range or the host's own policy")
+    print(f"check_kernel_ranges.py: {kernels} kernels, each with tessera::Range, RangeOn or the host's own policy")
     return 0
 
 

@@ -14,4 +14,9 @@ namespace tessera {
 using Range = Kokkos::RangePolicy<Kokkos::DefaultExecutionSpace, Kokkos::IndexType<std::size_t>>;
 static_assert(sizeof(Range::index_type) == 8, "Tessera's kernels count their elements in 64 bits");
 
+/// The same on any execution space, for a kernel written for more than one (the GPU's in the
+/// library, the host's too in the unit tests).
+template <class Space>
+using RangeOn = Kokkos::RangePolicy<Space, Kokkos::IndexType<std::size_t>>;
+
 }  // namespace tessera

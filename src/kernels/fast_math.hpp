@@ -54,15 +54,21 @@ KOKKOS_INLINE_FUNCTION float fast_exp(float x) {
 }
 
 namespace detail {
-/// 1 - erf(a) for a >= 0 (Abramowitz & Stegun 7.1.26, absolute error 1.5e-7), given e^(-a^2).
-KOKKOS_INLINE_FUNCTION float erfc_as(float a, float exp_minus_a2) {
-  const float t = 1.0f / (1.0f + 0.3275911f * a);
+/// Abramowitz & Stegun 7.1.26's p: 1 - erf(a) is written in t = 1 / (1 + p a).
+constexpr float kErfcP = 0.3275911f;
+/// 1 - erf(a) for a >= 0 (Abramowitz & Stegun 7.1.26, absolute error 1.5e-7), given
+/// t = 1 / (1 + kErfcP a) and e^(-a^2).
+KOKKOS_INLINE_FUNCTION float erfc_as_t(float t, float exp_minus_a2) {
   float q = 1.061405429f;
   q = q * t - 1.453152027f;
   q = q * t + 1.421413741f;
   q = q * t - 0.284496736f;
   q = q * t + 0.254829592f;
   return q * t * exp_minus_a2;
+}
+/// The same given a: t computed here, with an IEEE division.
+KOKKOS_INLINE_FUNCTION float erfc_as(float a, float exp_minus_a2) {
+  return erfc_as_t(1.0f / (1.0f + kErfcP * a), exp_minus_a2);
 }
 }  // namespace detail
 

@@ -19,6 +19,7 @@
 #include <tessera/optim/optimizer.hpp>
 
 #include "kernels/fast_math.hpp"
+#include "kernels/gelu_kernels.hpp"
 #include "kernels/gemm.hpp"
 #include "kernels/host_loops.hpp"
 #include "kernels/side_queue.hpp"
@@ -448,6 +449,67 @@ TEST(GELU, ForwardIsXTimesTheNormalCdfInDouble) {
       const double v = hx(i, j);
       const double want = v * 0.5 * (1.0 + std::erf(v / std::sqrt(2.0)));
       ASSERT_NEAR(hy(i, j), want, 1e-6 * std::max(1.0, std::fabs(v))) << "at x = " << v;
+    }
+}
+
+constexpr double kInvSqrt2Pi = 0.39894228040143267794;  // the normal density at 0
+
+// dx = dy (Phi(x) + x phi(x)) in double, through the layer: the host loops on a CPU, the
+// kernels of gelu_kernels.hpp on a GPU.
+TEST(GELU, BackwardIsTheDerivativeInDouble) {
+  const std::size_t rows = 70, cols = 129;  // as above: a remainder after the last four, two host chunks
+  auto x = random_matrix(rows, cols, 12, 6.0f);
+  auto dy = random_matrix(rows, cols, 13, 4.0f);
+  nn::GELU gelu;
+  gelu.forward(x);
+  const auto hx = host_copy(x), hdy = host_copy(dy), hdx = host_copy(gelu.backward(dy));
+  for (std::size_t i = 0; i < rows; ++i)
+    for (std::size_t j = 0; j < cols; ++j) {
+      const double v = hx(i, j);
+      const double want =
+          hdy(i, j) * (0.5 * (1.0 + std::erf(v / std::sqrt(2.0))) + v * std::exp(-0.5 * v * v) * kInvSqrt2Pi);
+      ASSERT_NEAR(hdx(i, j), want, 1e-6 * std::max(1.0, std::fabs(static_cast<double>(hdy(i, j)))))
+          << "at x = " << v << ", dy = " << hdy(i, j);
+    }
+}
+
+// The GPU's GELU kernels, run here on the default execution space (the host's in a CPU
+// build), against the double functions: from a 16-byte boundary, where four elements go
+// at a time, and from 1-3 floats past it, where every element takes the one-at-a-time path;
+// specials included, and lengths that leave 0-3 elements after the last four.
+TEST(GELUKernels, MatchTheDoubleFunctionsWithOrWithoutFourAtATime) {
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> x = {0.0f, -0.0f, inf, -inf, std::nanf(""), 1e-40f, -1e-40f, 1e30f, -1e30f, -13.0f, 13.0f, 0.5f};
+  std::mt19937 gen(6);
+  std::uniform_real_distribution<float> wide(-12.0f, 12.0f);
+  while (x.size() < 1003) x.push_back(wide(gen));
+  std::vector<float> g(x.size());
+  for (auto& v : g) v = wide(gen);
+  auto same = [](double got, double want, double tol) {
+    return std::isnan(want) ? std::isnan(got) : got == want || std::fabs(got - want) <= tol;
+  };
+  for (std::size_t offset = 0; offset < 4; ++offset)
+    for (std::size_t n : {std::size_t{996}, std::size_t{997}, std::size_t{998}, std::size_t{999}}) {
+      // Each array starts `offset` floats into a view of its own, which Kokkos aligns to 16 bytes at least.
+      std::vector<float> px(offset, 0.0f), pg(offset, 0.0f);
+      px.insert(px.end(), x.begin(), x.begin() + static_cast<std::ptrdiff_t>(n));
+      pg.insert(pg.end(), g.begin(), g.begin() + static_cast<std::ptrdiff_t>(n));
+      auto dx_in = device_array(px), dg = device_array(pg);
+      View1D<float> dy("y", offset + n), ddx("dx", offset + n);
+      const Kokkos::DefaultExecutionSpace space;
+      kernels::gelu::forward(space, dx_in.data() + offset, dy.data() + offset, n);
+      kernels::gelu::backward(space, dx_in.data() + offset, dg.data() + offset, ddx.data() + offset, n);
+      space.fence();
+      const auto hy = host(dy), hdx = host(ddx);
+      for (std::size_t k = 0; k < n; ++k) {
+        const double v = x[k], phi = 0.5 * std::erfc(-v / std::sqrt(2.0));
+        const double pdf = std::exp(-0.5 * v * v) * kInvSqrt2Pi;
+        ASSERT_TRUE(same(hy[offset + k], v * phi, 1e-6 * std::max(1.0, std::fabs(v))))
+            << "forward at x = " << v << " (offset " << offset << ", n " << n << "): " << hy[offset + k];
+        ASSERT_TRUE(same(hdx[offset + k], g[k] * (phi + v * pdf), 1e-6 * std::max(1.0, std::fabs(double{g[k]}))))
+            << "backward at x = " << v << ", dy = " << g[k] << " (offset " << offset << ", n " << n
+            << "): " << hdx[offset + k];
+      }
     }
 }
 
