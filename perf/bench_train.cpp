@@ -410,8 +410,13 @@ int main(int argc, char** argv) {
     const double copy_rate = mem_bytes[5] / mem_s[5];
     // The step at the copy's speed, rank by rank (pipeline stages make different passes): its
     // GEMMs, and every byte it moves outside them at its own copy's speed; the slowest rank's.
+    // Bias gradients summed in the weight-gradient GEMMs' epilogue move no bytes of their own:
+    // their pass is timed alone all the same, but counts only where the step ran it.
+    const auto bias_counts = kernels::gemm_bias_counts();
+    const bool bias_grad_pass_in_step = bias_counts.grad_separate > 0;
     double my_bytes = optimizer_bytes;
-    for (int k = 0; k < 4; ++k) my_bytes += pass_bytes[k];
+    for (int k = 0; k < 4; ++k)
+      if (k != 2 || bias_grad_pass_in_step) my_bytes += pass_bytes[k];
     const double my_copy_speed_step = median(gemm) + my_bytes * median(copy_alone) / copy_bytes;
     std::vector<double> copy_speed_steps(static_cast<std::size_t>(comm->size()));
     MPI_Allgather(&my_copy_speed_step, 1, MPI_DOUBLE, copy_speed_steps.data(), 1, MPI_DOUBLE, MPI_COMM_WORLD);
@@ -459,11 +464,9 @@ int main(int argc, char** argv) {
           share[mem_names[k]] =
               mem_bytes[k] > 0 ? nlohmann::json(mem_bytes[k] / mem_s[k] / copy_rate) : nlohmann::json(nullptr);
       }
-      return nlohmann::json{{"copy_bytes_per_s", copy_rate},
-                            {"bytes", bytes_json},
-                            {"total_bytes", memory_bound_bytes},
-                            {"over_copy_bandwidth", share},
-                            {"copy_speed_step_s_per_rank", copy_speed_steps}};
+      return nlohmann::json{{"copy_bytes_per_s", copy_rate}, {"bias_grad_in_step", bias_grad_pass_in_step},
+                            {"bytes", bytes_json},           {"total_bytes", memory_bound_bytes},
+                            {"over_copy_bandwidth", share},  {"copy_speed_step_s_per_rank", copy_speed_steps}};
     };
     if (session.rank() == 0) {
       // Where the GEMMs run: a GPU build's are cuBLAS's on the rank's GPU, a host build's the
@@ -493,13 +496,18 @@ int main(int argc, char** argv) {
               : (trainer.overlaps_updates() && c.zero_stage == 0 && c.pp == 1 ? " bucket by bucket during backward"
                                                                               : " after backward"),
           dtype_name(c.ddp.grad_dtype), steps, steps == 1 ? "" : "s", where.c_str());
-      const auto bias_counts = kernels::gemm_bias_counts();
       if (kernels::gemm_bias_epilogue_requested())
         std::printf(
             "# Linear biases (TESSERA_GEMM_BIAS_EPILOGUE): %llu GEMMs added theirs in cuBLASLt's epilogue, "
             "%llu in a pass after the GEMM\n",
             static_cast<unsigned long long>(bias_counts.epilogue),
             static_cast<unsigned long long>(bias_counts.separate));
+      if (kernels::gemm_bias_grad_epilogue_requested())
+        std::printf(
+            "# Linear bias gradients (TESSERA_GEMM_BIAS_GRAD_EPILOGUE): %llu summed in the weight-gradient GEMM's "
+            "epilogue, %llu in a GEMV after it\n",
+            static_cast<unsigned long long>(bias_counts.grad_epilogue),
+            static_cast<unsigned long long>(bias_counts.grad_separate));
       std::printf("  median step        %9.2f ms  (%.1f steps/s, %.0f samples/s)\n", med[0] * 1e3, 1 / med[0],
                   static_cast<double>(c.global_batch) / med[0]);
       std::printf("    forward          %9.2f ms  (its GEMMs alone: %.2f ms)\n", med[1] * 1e3, med[7] * 1e3);
@@ -536,9 +544,10 @@ int main(int argc, char** argv) {
       const char* labels[5] = {"GELU forward", "GELU backward", "bias gradients", "loss", "optimizer"};
       for (int k = 0; k < 5; ++k)
         if (mem_bytes[k] > 0)
-          std::printf("    %-16s %9.2f ms  %8.1f MB, %s, %.2f x the copy's\n", labels[k], mem_s[k] * 1e3,
+          std::printf("    %-16s %9.2f ms  %8.1f MB, %s, %.2f x the copy's%s\n", labels[k], mem_s[k] * 1e3,
                       mem_bytes[k] / 1e6, rate_text(mem_bytes[k] / mem_s[k]).c_str(),
-                      mem_bytes[k] / mem_s[k] / copy_rate);
+                      mem_bytes[k] / mem_s[k] / copy_rate,
+                      k == 2 && !bias_grad_pass_in_step ? " (not in the step: the GEMMs' epilogue sums them)" : "");
       std::printf("  at the copy's speed: GEMMs + those %.1f MB = %.2f ms = %.3f x GEMMs; the step is %.3f x that\n",
                   memory_bound_bytes / 1e6, copy_speed_step * 1e3, copy_speed_step / med[6], med[0] / copy_speed_step);
       const auto mib = [](double b) { return b / (1024.0 * 1024.0); };
@@ -594,6 +603,11 @@ int main(int argc, char** argv) {
               {"gemm_bias_epilogue_requested", kernels::gemm_bias_epilogue_requested()},
               {"gemm_bias_in_epilogue", bias_counts.epilogue},
               {"gemm_bias_separate", bias_counts.separate},
+              // TESSERA_GEMM_BIAS_GRAD_EPILOGUE, and how the run's bias gradients were summed:
+              // in the weight-gradient GEMM's epilogue or in a GEMV after it.
+              {"gemm_bias_grad_epilogue_requested", kernels::gemm_bias_grad_epilogue_requested()},
+              {"gemm_bias_grad_in_epilogue", bias_counts.grad_epilogue},
+              {"gemm_bias_grad_separate", bias_counts.grad_separate},
               {"overlap_backward", ddp_strategy != nullptr ? nlohmann::json(during_backward) : nlohmann::json(nullptr)},
               {"steps", steps},
               {"warmup", warmup},

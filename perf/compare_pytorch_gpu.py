@@ -6,10 +6,12 @@ and its GEMMs alone, timed in the same process); PyTorch's are timed here: its s
 same 3 L - 1 GEMMs alone as torch.mm, so that a gap can be told to be the GEMMs' or the
 rest's. With --bias-epilogue both (the default) Tessera also runs with its Linear biases
 added in a pass after each GEMM (TESSERA_GEMM_BIAS_EPILOGUE=0) beside its default, cuBLASLt's
-GEMM epilogue, as PyTorch's Linear adds them; with --overlap-optimizer both (the default),
-also with its optimizer updating once after backward (--train.overlap_optimizer false)
-beside its default, each bucket's update queued beside the rest of backward. Each such
-variant differs from the default in that one way. All alternate for --rounds rounds in one
+GEMM epilogue, as PyTorch's Linear adds them; with --bias-grad-epilogue both (the default),
+also with its bias gradients summed in a GEMV after each weight-gradient GEMM
+(TESSERA_GEMM_BIAS_GRAD_EPILOGUE=0) beside its default, that GEMM's cuBLASLt epilogue; with
+--overlap-optimizer both (the default), also with its optimizer updating once after backward
+(--train.overlap_optimizer false) beside its default, each bucket's update queued beside the
+rest of backward. Each such variant differs from the default in that one way. All alternate for --rounds rounds in one
 run, in reverse order every other round; each keeps its best median, and the JSON also holds
 every round's. Writes JSON.
 
@@ -116,21 +118,26 @@ def pytorch_gemm_time(args, device="cuda"):
 
 def memory_bound_shares(m, mb):
     """'GELU forward 0.123 ms (0.85), ...': each memory-bound pass alone and its speed over a
-    copy's. A pass the model does not make (no GELU in a model of one layer) has no share."""
+    copy's. A pass the model does not make (no GELU in a model of one layer) has no share; the
+    bias gradients' GEMVs, timed alone where the step summed them in its GEMMs' epilogue, are
+    said not to be in the step."""
     parts = []
     for name, key, part in (("GELU forward", "gelu_forward_only", "gelu_forward"),
                             ("GELU backward", "gelu_backward_only", "gelu_backward"),
                             ("bias gradients", "bias_grad_only", "bias_grad"), ("loss", "loss_only", "loss"),
                             ("AdamW", "optimizer_only", "optimizer")):
         share = mb["over_copy_bandwidth"].get(part)
-        parts.append(f"{name} {m[key] * 1e3:.3f} ms ({'none' if share is None else f'{share:.2f}'})")
+        outside = part == "bias_grad" and mb.get("bias_grad_in_step") is False
+        parts.append(f"{name} {m[key] * 1e3:.3f} ms ({'none' if share is None else f'{share:.2f}'}"
+                     f"{', not in the step' if outside else ''})")
     return ", ".join(parts)
 
 
-def tessera_run(args, bias_epilogue, overlap_optimizer=True):
+def tessera_run(args, bias_epilogue, overlap_optimizer=True, bias_grad_epilogue=None):
     """Runs tessera-bench-train with TESSERA_GEMM_BIAS_EPILOGUE=1 (True), =0 (False) or unset
-    (None: the build's default), and --train.overlap_optimizer false where overlap_optimizer
-    is False (else the default, true), and returns its JSON."""
+    (None: the build's default), TESSERA_GEMM_BIAS_GRAD_EPILOGUE likewise, and
+    --train.overlap_optimizer false where overlap_optimizer is False (else the default, true),
+    and returns its JSON."""
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
         path = f.name
     try:
@@ -141,9 +148,11 @@ def tessera_run(args, bias_epilogue, overlap_optimizer=True):
         if not overlap_optimizer:
             cmd += ["--train.overlap_optimizer", "false"]
         env = dict(os.environ)
-        env.pop("TESSERA_GEMM_BIAS_EPILOGUE", None)
-        if bias_epilogue is not None:
-            env["TESSERA_GEMM_BIAS_EPILOGUE"] = "1" if bias_epilogue else "0"
+        for name, value in (("TESSERA_GEMM_BIAS_EPILOGUE", bias_epilogue),
+                            ("TESSERA_GEMM_BIAS_GRAD_EPILOGUE", bias_grad_epilogue)):
+            env.pop(name, None)
+            if value is not None:
+                env[name] = "1" if value else "0"
         run = subprocess.run(cmd, stdout=sys.stderr if args.quiet else None, env=env)
         if run.returncode != 0:
             sys.exit(f"compare_pytorch_gpu.py: {args.bench} failed (exit {run.returncode}); its message is above")
@@ -213,6 +222,9 @@ def main():
     p.add_argument("--bias-epilogue", choices=["off", "on", "both"], default="both",
                    help="Tessera's Linear bias in cuBLASLt's epilogue (on, Tessera's default on a GPU), after "
                         "the GEMM (off), or both, alternating")
+    p.add_argument("--bias-grad-epilogue", choices=["off", "on", "both"], default="both",
+                   help="Tessera's Linear bias gradient summed in the weight-gradient GEMM's cuBLASLt epilogue (on, "
+                        "Tessera's default on a GPU), in a GEMV after it (off), or both, alternating")
     p.add_argument("--overlap-optimizer", choices=["off", "on", "both"], default="both",
                    help="Tessera's optimizer updating each bucket beside the rest of backward (on, Tessera's "
                         "default), once after backward (off), or both, alternating")
@@ -221,17 +233,23 @@ def main():
     args = p.parse_args()
     check_before_running(p, args)
 
-    # The default ways (the epilogue, updates beside backward) first: the headline ratios are
-    # of the first variant; each other one differs from it in one way.
-    epilogues = {"off": [False], "on": [True], "both": [True, False]}[args.bias_epilogue]
-    overlaps = {"off": [False], "on": [True], "both": [True, False]}[args.overlap_optimizer]
-    head = (epilogues[0], overlaps[0])
-    variants = [head] + [(e, head[1]) for e in epilogues[1:]] + [(head[0], o) for o in overlaps[1:]]
+    # The default ways (the epilogues, updates beside backward) first: the headline ratios are
+    # of the first variant; each other one differs from it in one way. A variant is (bias
+    # epilogue, updates beside backward, bias-gradient epilogue).
+    ways = {"off": [False], "on": [True], "both": [True, False]}
+    epilogues, overlaps = ways[args.bias_epilogue], ways[args.overlap_optimizer]
+    grad_epilogues = ways[args.bias_grad_epilogue]
+    head = (epilogues[0], overlaps[0], grad_epilogues[0])
+    variants = ([head] + [(e, head[1], head[2]) for e in epilogues[1:]] +
+                [(head[0], o, head[2]) for o in overlaps[1:]] + [(head[0], head[1], g) for g in grad_epilogues[1:]])
 
     def round_key(v):
-        # Only --overlap-optimizer both adds a variant of the other way: after backward.
+        # Only --overlap-optimizer both adds a variant of the other way: after backward; only
+        # --bias-grad-epilogue both one with the GEMVs.
         if v[1] != head[1]:
             return "tessera_updates_after_backward"
+        if v[2] != head[2]:
+            return "tessera_bias_grad_after"
         return "tessera_bias_epilogue" if v[0] else "tessera_bias_after"
 
     best, torch_best, torch_gemm, rounds = {}, None, None, []
@@ -239,7 +257,7 @@ def main():
         this_round = {}
         # Each round reverses the order, so that no variant always runs first.
         for v in variants if r % 2 == 0 else variants[::-1]:
-            t = tessera_run(args, v[0], v[1])
+            t = tessera_run(args, v[0], v[1], v[2])
             this_round[round_key(v)] = t["median_s"]["step"]
             if v not in best or t["median_s"]["step"] < best[v]["median_s"]["step"]:
                 best[v] = t
@@ -269,30 +287,38 @@ def main():
         "tessera_copy_speed_step_over_gemm": tessera["copy_speed_step_over_gemm"],
         "rounds_s": rounds,
     }
-    if (True, head[1]) in best and (False, head[1]) in best:
-        a = best[(False, head[1])]
-        out["tessera_bias_after"] = a
-        out["tessera_bias_after_over_pytorch"] = a["median_s"]["step"] / torch_best
-        out["tessera_bias_after_step_over_gemm"] = a["median_s"]["step"] / a["median_s"]["gemm_only"]
-        out["bias_epilogue_over_separate"] = m["step"] / a["median_s"]["step"]
-        out["bias_epilogue_faster_every_round"] = all(
-            r["tessera_bias_epilogue"] < r["tessera_bias_after"] for r in rounds)
-    if (head[0], True) in best and (head[0], False) in best:
-        a = best[(head[0], False)]
-        out["tessera_updates_after_backward"] = a
-        out["tessera_updates_after_backward_over_pytorch"] = a["median_s"]["step"] / torch_best
-        out["tessera_updates_after_backward_step_over_gemm"] = a["median_s"]["step"] / a["median_s"]["gemm_only"]
-        out["updates_beside_over_after"] = m["step"] / a["median_s"]["step"]
-        out["updates_beside_faster_every_round"] = all(
-            r["tessera_bias_epilogue" if head[0] else "tessera_bias_after"] < r["tessera_updates_after_backward"]
-            for r in rounds)
+    # Each variant beside the default: its best run, its ratios, and whether the default's
+    # step was the lower in every round. (The variant, its key, the ratio's, the flag's.)
+    head_key = round_key(head)
+    others = [((False, head[1], head[2]), "tessera_bias_after", "bias_epilogue_over_separate",
+               "bias_epilogue_faster_every_round"),
+              ((head[0], head[1], False), "tessera_bias_grad_after", "bias_grad_epilogue_over_separate",
+               "bias_grad_epilogue_faster_every_round"),
+              ((head[0], False, head[2]), "tessera_updates_after_backward", "updates_beside_over_after",
+               "updates_beside_faster_every_round")]
+    ran = []  # (key, ratio) of each that ran
+    for v, key, ratio, faster in others:
+        if v == head or v not in best:
+            continue
+        ran.append((key, ratio))
+        a = best[v]
+        out[key] = a
+        out[key + "_over_pytorch"] = a["median_s"]["step"] / torch_best
+        out[key + "_step_over_gemm"] = a["median_s"]["step"] / a["median_s"]["gemm_only"]
+        out[ratio] = m["step"] / a["median_s"]["step"]
+        out[faster] = all(r[head_key] < r[key] for r in rounds)
 
     def bias_way(t):
         c = t["config"]
         if not c.get("gemm_bias_epilogue_requested"):
-            return "bias after the GEMM"
-        return (f"bias in cuBLASLt's epilogue in {c.get('gemm_bias_in_epilogue')} GEMMs, "
-                f"after the GEMM in {c.get('gemm_bias_separate')}")
+            way = "bias after the GEMM"
+        else:
+            way = (f"bias in cuBLASLt's epilogue in {c.get('gemm_bias_in_epilogue')} GEMMs, "
+                   f"after the GEMM in {c.get('gemm_bias_separate')}")
+        if not c.get("gemm_bias_grad_epilogue_requested"):
+            return way + ", bias gradients in GEMVs"
+        return (way + f", bias gradients in the epilogue of {c.get('gemm_bias_grad_in_epilogue')} GEMMs, "
+                f"in GEMVs in {c.get('gemm_bias_grad_separate')}")
 
     print(f"{gpu}: MLP {args.layers} x {args.dim}, batch {args.batch}, fp32 (TF32 off)")
     note = other_gpu_note(tessera_gpu, gpu)
@@ -303,21 +329,13 @@ def main():
 
     print(f"  Tessera step {m['step'] * 1e3:.2f} ms, {bias_way(tessera)}, {update_way(tessera)} (its GEMMs alone "
           f"{m['gemm_only'] * 1e3:.2f} ms, optimizer alone {m['optimizer_only'] * 1e3:.2f} ms)")
-    if "tessera_bias_after" in out:
-        a = out["tessera_bias_after"]
-        print(f"  Tessera step {a['median_s']['step'] * 1e3:.2f} ms, {bias_way(a)}; / PyTorch = "
-              f"{out['tessera_bias_after_over_pytorch']:.3f}, / its GEMMs = "
-              f"{out['tessera_bias_after_step_over_gemm']:.3f}; the epilogue's step / this one = "
-              f"{out['bias_epilogue_over_separate']:.4f} (lower in "
-              f"{sum(r['tessera_bias_epilogue'] < r['tessera_bias_after'] for r in rounds)} of {len(rounds)} rounds)")
-    if "tessera_updates_after_backward" in out:
-        a = out["tessera_updates_after_backward"]
-        head_key = "tessera_bias_epilogue" if head[0] else "tessera_bias_after"
-        print(f"  Tessera step {a['median_s']['step'] * 1e3:.2f} ms, {update_way(a)}; / PyTorch = "
-              f"{out['tessera_updates_after_backward_over_pytorch']:.3f}, / its GEMMs = "
-              f"{out['tessera_updates_after_backward_step_over_gemm']:.3f}; the default's step / this one = "
-              f"{out['updates_beside_over_after']:.4f} (lower in "
-              f"{sum(r[head_key] < r['tessera_updates_after_backward'] for r in rounds)} of {len(rounds)} rounds)")
+    for key, ratio in ran:
+        a = out[key]
+        way = update_way(a) if key == "tessera_updates_after_backward" else bias_way(a)
+        print(f"  Tessera step {a['median_s']['step'] * 1e3:.2f} ms, {way}; / PyTorch = "
+              f"{out[key + '_over_pytorch']:.3f}, / its GEMMs = {out[key + '_step_over_gemm']:.3f}; the default's "
+              f"step / this one = {out[ratio]:.4f} (lower in {sum(r[head_key] < r[key] for r in rounds)} of "
+              f"{len(rounds)} rounds)")
     mb = tessera["memory_bound"]
     shares = memory_bound_shares(m, mb)
     print(f"  Tessera's memory-bound passes alone (speed / a copy's {mb['copy_bytes_per_s'] / 1e12:.2f} TB/s): "

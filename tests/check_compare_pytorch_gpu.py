@@ -6,7 +6,9 @@ With a tessera-bench-train as well, its runs with the Linear biases after the GE
 the epilogue must set TESSERA_GEMM_BIAS_EPILOGUE as asked, and the benchmark must report
 which way its biases went (on the host: all after the GEMM, the epilogue being cuBLASLt's);
 with the variable unset (even where the caller's environment sets it), the build's default:
-the epilogue in a CUDA build, none in a host build. Its runs with the updates after backward
+the epilogue in a CUDA build, none in a host build. The same for the bias gradients and
+TESSERA_GEMM_BIAS_GRAD_EPILOGUE (summed in the weight-gradient GEMM's epilogue, or in a GEMV
+after it). Its runs with the updates after backward
 pass --train.overlap_optimizer false, and the others leave the default (true). The
 benchmark names its GPU (none on a host build), and a Tessera GPU other than PyTorch's is
 said to be.
@@ -79,22 +81,29 @@ if len(sys.argv) > 2:
     run = types.SimpleNamespace(bench=sys.argv[2], layers=2, dim=16, batch=8, steps=3, warmup=1, quiet=True)
     # tessera_run must unset it for the default: left at 1, a host build would report it requested.
     os.environ["TESSERA_GEMM_BIAS_EPILOGUE"] = "1"
-    for epilogue in (False, True, None):
-        result = compare.tessera_run(run, epilogue)
-        config = result["config"]
-        # What the comparison holds PyTorch's GPU against: a GPU build's name, none on a host.
-        if (result["machine"]["gpu"] is not None) != (config["memory"] == "device"):
-            problems.append(f"machine.gpu {result['machine']['gpu']!r} with {config['memory']} memory")
-        got = (config["gemm_bias_epilogue_requested"], config["gemm_bias_in_epilogue"] > 0,
-               config["gemm_bias_separate"] > 0)
-        device = config["memory"] == "device"
-        asked = device if epilogue is None else epilogue
-        want = (asked, asked and device, not (asked and device))
-        if got != want:
-            problems.append(f"bias epilogue {epilogue}: the benchmark reports (requested, any in the epilogue, any "
-                            f"after) = {got}, expected {want}")
-        bias_ways += f"; epilogue {({True: 'on', False: 'off', None: 'unset'})[epilogue]}: {config['gemm_bias_in_epilogue']} GEMMs with it, " \
-                     f"{config['gemm_bias_separate']} after"
+    # Likewise TESSERA_GEMM_BIAS_GRAD_EPILOGUE and the bias gradients: in the weight-gradient
+    # GEMM's epilogue or in GEMVs.
+    os.environ["TESSERA_GEMM_BIAS_GRAD_EPILOGUE"] = "1"
+    for what, prefix in (("bias epilogue", "gemm_bias"), ("bias-gradient epilogue", "gemm_bias_grad")):
+        for epilogue in (False, True, None):
+            if prefix == "gemm_bias":
+                result = compare.tessera_run(run, epilogue)
+            else:
+                result = compare.tessera_run(run, None, True, epilogue)
+            config = result["config"]
+            # What the comparison holds PyTorch's GPU against: a GPU build's name, none on a host.
+            if (result["machine"]["gpu"] is not None) != (config["memory"] == "device"):
+                problems.append(f"machine.gpu {result['machine']['gpu']!r} with {config['memory']} memory")
+            got = (config[prefix + "_epilogue_requested"], config[prefix + "_in_epilogue"] > 0,
+                   config[prefix + "_separate"] > 0)
+            device = config["memory"] == "device"
+            asked = device if epilogue is None else epilogue
+            want = (asked, asked and device, not (asked and device))
+            if got != want:
+                problems.append(f"{what} {epilogue}: the benchmark reports (requested, any in the epilogue, any "
+                                f"separate) = {got}, expected {want}")
+            bias_ways += f"; {what} {({True: 'on', False: 'off', None: 'unset'})[epilogue]}: " \
+                         f"{config[prefix + '_in_epilogue']} in it, {config[prefix + '_separate']} separate"
     # Updates after backward where asked (--overlap-optimizer off or both), else the default.
     for overlap in (False, True):
         config = compare.tessera_run(run, None, overlap)["config"]

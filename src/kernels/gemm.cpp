@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <limits>
 #include <string>
+#include <utility>
 
 #include <tessera/core/error.hpp>
 #include <tessera/core/host_threads.hpp>
@@ -23,6 +24,10 @@ void gemm_device(bool ta, bool tb, int m, int n, int k, float alpha, const float
 // it (nothing was written then). gemm_cuda.cpp, or below in host-only builds.
 bool gemm_bias_device(bool ta, bool tb, int m, int n, int k, const float* a, int lda, const float* b, int ldb,
                       const float* bias, float* c, int ldc);
+// C = op(A) op(B) + beta C and row_sums = op(A) 1 in one cuBLASLt call; false where cuBLASLt
+// has no algorithm for it (nothing was written then).
+bool gemm_bias_grad_device(bool ta, bool tb, int m, int n, int k, const float* a, int lda, const float* b, int ldb,
+                           float beta, float* c, int ldc, float* row_sums);
 }  // namespace detail
 
 namespace {
@@ -71,7 +76,19 @@ GemmShape gemm_shape(Trans ta, Trans tb, const View2D<const float>& a, const Vie
           leading_dimension(c, "C's row pitch")};
 }
 
-std::atomic<std::uint64_t> bias_in_epilogue{0}, bias_separate{0};
+std::atomic<std::uint64_t> bias_in_epilogue{0}, bias_separate{0}, grad_in_epilogue{0}, grad_separate{0};
+
+/// An epilogue switch read from the environment: 1 yes, 0 no, unset or empty the build's
+/// default (yes where the GEMMs run in GPU memory: measured faster on an H200 and an H100 for
+/// the bias, docs/strategies.md; a host build has no epilogue to take); anything else a
+/// ConfigError that says what each value does.
+bool epilogue_setting(const char* name, const char* what) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return memory_kind_of_space<DeviceMemorySpace>() == MemoryKind::Device;
+  if (std::string(v) == "0") return false;
+  if (std::string(v) == "1") return true;
+  throw ConfigError(std::string(name) + "='" + v + "' is neither 0 nor 1; " + what);
+}
 }  // namespace
 
 void gemm(Trans ta, Trans tb, float alpha, const View2D<const float>& a, const View2D<const float>& b, float beta,
@@ -110,27 +127,30 @@ void add_bias(const View2D<float>& y, const View1D<const float>& b) {
 }
 
 bool gemm_bias_epilogue_requested() {
-  static const bool requested = [] {
-    const char* v = std::getenv("TESSERA_GEMM_BIAS_EPILOGUE");
-    // Unset (or empty), a build whose GEMMs run in GPU memory takes the epilogue (measured
-    // faster on an H200 and an H100: docs/strategies.md), and a host build has none to take.
-    if (v == nullptr || *v == '\0') return memory_kind_of_space<DeviceMemorySpace>() == MemoryKind::Device;
-    if (std::string(v) == "0") return false;
-    if (std::string(v) == "1") return true;
-    throw ConfigError(std::string("TESSERA_GEMM_BIAS_EPILOGUE='") + v +
-                      "' is neither 0 nor 1; unset or 1 adds a Linear layer's bias in cuBLASLt's GEMM epilogue on a "
-                      "GPU, 0 in a pass of its own after the GEMM");
-  }();
+  static const bool requested =
+      epilogue_setting("TESSERA_GEMM_BIAS_EPILOGUE",
+                       "unset or 1 adds a Linear layer's bias in cuBLASLt's GEMM epilogue on a GPU, 0 in a pass of "
+                       "its own after the GEMM");
+  return requested;
+}
+
+bool gemm_bias_grad_epilogue_requested() {
+  static const bool requested =
+      epilogue_setting("TESSERA_GEMM_BIAS_GRAD_EPILOGUE",
+                       "unset or 1 sums a Linear layer's bias gradient in the epilogue of cuBLASLt's weight-gradient "
+                       "GEMM on a GPU, 0 in a GEMV of its own after it");
   return requested;
 }
 
 void check_gemm_bias_epilogue_setting(bool note_unused) {
-  const bool requested = gemm_bias_epilogue_requested();
+  const bool bias = gemm_bias_epilogue_requested(), grad = gemm_bias_grad_epilogue_requested();
   if constexpr (memory_kind_of_space<DeviceMemorySpace>() != MemoryKind::Device) {
     // Only an explicit 1 comes here as requested: unset is no in a host build.
-    if (requested && note_unused)
-      tessera::detail::logger().warn(
-          "TESSERA_GEMM_BIAS_EPILOGUE=1 has no effect in this build: its GEMMs run in host memory, with no epilogue");
+    for (const auto& [asked, name] :
+         {std::pair{bias, "TESSERA_GEMM_BIAS_EPILOGUE"}, std::pair{grad, "TESSERA_GEMM_BIAS_GRAD_EPILOGUE"}})
+      if (asked && note_unused)
+        tessera::detail::logger().warn(
+            "{}=1 has no effect in this build: its GEMMs run in host memory, with no epilogue", name);
   }
 }
 
@@ -156,8 +176,34 @@ bool gemm_bias(Trans ta, Trans tb, const View2D<const float>& a, const View2D<co
   return false;
 }
 
+bool gemm_bias_grad(Trans ta, Trans tb, const View2D<const float>& a, const View2D<const float>& b, float beta,
+                    const View2D<float>& c, float g_beta, const View1D<float>& g, const View1D<const float>& ones,
+                    BiasAdd how) {
+  const auto [tA, tB, m, n, k, lda, ldb, ldc] = gemm_shape(ta, tb, a, b, c);
+  if (g.extent(0) != static_cast<std::size_t>(m) || ones.extent(0) < static_cast<std::size_t>(k))
+    throw Error("tessera::kernels::gemm_bias_grad: " + std::to_string(g.extent(0)) + " row sums and " +
+                    std::to_string(ones.extent(0)) + " ones for an op(A) of " + std::to_string(m) + " x " +
+                    std::to_string(k),
+                __FILE__, __LINE__);
+  const bool epilogue = how == BiasAdd::Epilogue || (how == BiasAdd::Auto && gemm_bias_grad_epilogue_requested());
+  if constexpr (memory_kind_of_space<DeviceMemorySpace>() == MemoryKind::Device) {
+    if (epilogue && g_beta == 0.0f && n > 0 &&
+        detail::gemm_bias_grad_device(tA, tB, m, n, k, a.data(), lda, b.data(), ldb, beta, c.data(), ldc, g.data())) {
+      grad_in_epilogue.fetch_add(1, std::memory_order_relaxed);
+      return true;
+    }
+  }
+  gemm(ta, tb, 1.0f, a, b, beta, c);
+  // g = op(A) 1 through the GEMM path: a GEMV reading A row by row.
+  gemm(ta, Trans::No, 1.0f, a, View2D<const float>(ones.data(), static_cast<std::size_t>(k), 1), g_beta,
+       View2D<float>(g.data(), static_cast<std::size_t>(m), 1));
+  grad_separate.fetch_add(1, std::memory_order_relaxed);
+  return false;
+}
+
 GemmBiasCounts gemm_bias_counts() {
-  return {bias_in_epilogue.load(std::memory_order_relaxed), bias_separate.load(std::memory_order_relaxed)};
+  return {bias_in_epilogue.load(std::memory_order_relaxed), bias_separate.load(std::memory_order_relaxed),
+          grad_in_epilogue.load(std::memory_order_relaxed), grad_separate.load(std::memory_order_relaxed)};
 }
 
 }  // namespace tessera::kernels

@@ -55,9 +55,10 @@ std::uint32_t alignment_of(const void* p) {
   return align;
 }
 
-/// One GEMM-with-bias shape for cuBLASLt: its descriptors and the algorithm its heuristic
-/// chose, made once per shape and alignment and kept for the process (a training step repeats
-/// a handful of shapes). `supported` is false where the heuristic had no algorithm.
+/// One GEMM-with-epilogue shape for cuBLASLt (a bias added, or a bias gradient summed): its
+/// descriptors and the algorithm its heuristic chose, made once per epilogue, shape and
+/// alignment and kept for the process (a training step repeats a handful of shapes).
+/// `supported` is false where the heuristic had no algorithm.
 struct BiasPlan {
   bool supported = false;
   cublasLtMatmulDesc_t desc = nullptr;
@@ -74,9 +75,9 @@ struct LtState {
   std::mutex mutex;
   cublasLtHandle_t handle = nullptr;
   void* workspace = nullptr;
-  std::map<
-      std::tuple<bool, bool, int, int, int, int, int, int, std::uint32_t, std::uint32_t, std::uint32_t, std::uint32_t>,
-      BiasPlan>
+  std::map<std::tuple<int, bool, bool, int, int, int, int, int, int, std::uint32_t, std::uint32_t, std::uint32_t,
+                      std::uint32_t>,
+           BiasPlan>
       plans;
 };
 
@@ -88,21 +89,24 @@ LtState& lt_state() {
 /// Fills in the plan of one shape (already in the plans, so that whatever it creates is
 /// destroyed at finalize even if a step here throws). Row-major C = op(A) op(B) is column-major
 /// C^T = op(B)^T op(A)^T, as in gemm_device: cuBLASLt's first operand is our B, its second our
-/// A, and its D has n rows (C's columns), which is the length of the bias it adds to every
-/// column of D (a row of C). Any heuristic failure leaves the plan unsupported: the bias then
-/// takes the separate pass, as PyTorch falls back from cuBLASLt.
-void fill_bias_plan(BiasPlan& plan, cublasLtHandle_t lt, bool ta, bool tb, int m, int n, int k, int lda, int ldb,
-                    int ldc, std::uint32_t align_a, std::uint32_t align_b, std::uint32_t align_c, const float* bias) {
+/// A, and its D has n rows (C's columns) and m columns (C's rows). The BIAS epilogue adds a
+/// vector of n to every column of D (a row of C); BGRADB sums cuBLASLt's second operand,
+/// op(A)^T (k x m), over k into a vector of m: every row of op(A) summed. Any heuristic failure
+/// leaves the plan unsupported: the caller then takes the separate pass, as PyTorch falls
+/// back from cuBLASLt.
+void fill_bias_plan(BiasPlan& plan, cublasLtHandle_t lt, cublasLtEpilogue_t epilogue, bool ta, bool tb, int m, int n,
+                    int k, int lda, int ldb, int ldc, std::uint32_t align_a, std::uint32_t align_b,
+                    std::uint32_t align_c, const float* vector) {
   TESSERA_CHECK_LT(cublasLtMatmulDescCreate(&plan.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));  // no TF32
   const cublasOperation_t op_first = tb ? CUBLAS_OP_T : CUBLAS_OP_N, op_second = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
-  const cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_BIAS;
   TESSERA_CHECK_LT(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_first, sizeof(op_first)));
   TESSERA_CHECK_LT(
       cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof(op_second)));
   TESSERA_CHECK_LT(
       cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
-  // The heuristic reads the bias pointer's alignment from it (it dereferences nothing).
-  TESSERA_CHECK_LT(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+  // The heuristic reads the vector's alignment from its pointer (it dereferences nothing).
+  TESSERA_CHECK_LT(
+      cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &vector, sizeof(vector)));
   // Stored shapes, column-major: our B is k x n row-major (n x k column-major), or n x k when
   // transposed (k x n); our A likewise with m; C is n x m.
   TESSERA_CHECK_LT(cublasLtMatrixLayoutCreate(&plan.a, CUDA_R_32F, tb ? k : n, tb ? n : k, ldb));
@@ -143,15 +147,20 @@ void gemm_device(bool ta, bool tb, int m, int n, int k, float alpha, const float
     throw Error("cublasSgemm failed: " + std::string(cublasGetStatusString(rc)), __FILE__, __LINE__);
 }
 
-bool gemm_bias_device(bool ta, bool tb, int m, int n, int k, const float* a, int lda, const float* b, int ldb,
-                      const float* bias, float* c, int ldc) {
-  // The epilogue reads the bias in 16-byte vectors; a bias off that alignment (a parameter
-  // packed behind one of odd length) takes the separate pass. So does a matrix with one row
-  // or column, for which cuBLASLt's heuristic reports an invalid value (as PyTorch found).
-  const std::uint32_t align_bias = alignment_of(bias);
-  if (align_bias < 16 || m < 2 || n < 2 || k < 2) return false;
+namespace {
+/// C = op(A) op(B) + beta C in one cuBLASLt call with `epilogue`, whose vector (the bias it
+/// adds, or the bias gradient it writes) is `vector`; false where that cannot be (nothing was
+/// written then).
+bool lt_matmul(cublasLtEpilogue_t epilogue, bool ta, bool tb, int m, int n, int k, const float* a, int lda,
+               const float* b, int ldb, float beta, float* c, int ldc, const float* vector) {
+  // The epilogue reads or writes its vector in 16-byte pieces; a vector off that alignment (a
+  // parameter packed behind one of odd length) takes the separate pass. So does a matrix with
+  // one row or column, for which cuBLASLt's heuristic reports an invalid value (as PyTorch
+  // found).
+  const std::uint32_t align_vector = alignment_of(vector);
+  if (align_vector < 16 || m < 2 || n < 2 || k < 2) return false;
   LtState& lt = lt_state();
-  const std::lock_guard<std::mutex> lock(lt.mutex);  // the plans, and the bias pointer set in a shared descriptor
+  const std::lock_guard<std::mutex> lock(lt.mutex);  // the plans, and the vector pointer set in a shared descriptor
   if (lt.handle == nullptr) {
     void* workspace = nullptr;
     TESSERA_CHECK_CUDA(cudaMalloc(&workspace, kLtWorkspaceBytes));
@@ -179,16 +188,19 @@ bool gemm_bias_device(bool ta, bool tb, int m, int n, int k, const float* a, int
     });
   }
   const std::uint32_t align_a = alignment_of(a), align_b = alignment_of(b), align_c = alignment_of(c);
-  const auto key = std::make_tuple(ta, tb, m, n, k, lda, ldb, ldc, align_a, align_b, align_c, align_bias);
+  const auto key = std::make_tuple(static_cast<int>(epilogue), ta, tb, m, n, k, lda, ldb, ldc, align_a, align_b,
+                                   align_c, align_vector);
   auto found = lt.plans.find(key);
   if (found == lt.plans.end()) {
     found = lt.plans.emplace(key, BiasPlan{}).first;
-    fill_bias_plan(found->second, lt.handle, ta, tb, m, n, k, lda, ldb, ldc, align_a, align_b, align_c, bias);
+    fill_bias_plan(found->second, lt.handle, epilogue, ta, tb, m, n, k, lda, ldb, ldc, align_a, align_b, align_c,
+                   vector);
   }
   BiasPlan& plan = found->second;
   if (!plan.supported) return false;
-  TESSERA_CHECK_LT(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
-  const float alpha = 1.0f, beta = 0.0f;
+  TESSERA_CHECK_LT(
+      cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &vector, sizeof(vector)));
+  const float alpha = 1.0f;
   const cublasStatus_t rc = cublasLtMatmul(lt.handle, plan.desc, &alpha, b, plan.a, a, plan.b, &beta, c, plan.c, c,
                                            plan.c, &plan.algo, lt.workspace, plan.workspace, kokkos_stream());
   if (rc == CUBLAS_STATUS_NOT_SUPPORTED || rc == CUBLAS_STATUS_INVALID_VALUE || rc == CUBLAS_STATUS_ARCH_MISMATCH) {
@@ -199,5 +211,16 @@ bool gemm_bias_device(bool ta, bool tb, int m, int n, int k, const float* a, int
   }
   check_lt(rc, "cublasLtMatmul", __LINE__);
   return true;
+}
+}  // namespace
+
+bool gemm_bias_device(bool ta, bool tb, int m, int n, int k, const float* a, int lda, const float* b, int ldb,
+                      const float* bias, float* c, int ldc) {
+  return lt_matmul(CUBLASLT_EPILOGUE_BIAS, ta, tb, m, n, k, a, lda, b, ldb, 0.0f, c, ldc, bias);
+}
+
+bool gemm_bias_grad_device(bool ta, bool tb, int m, int n, int k, const float* a, int lda, const float* b, int ldb,
+                           float beta, float* c, int ldc, float* row_sums) {
+  return lt_matmul(CUBLASLT_EPILOGUE_BGRADB, ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc, row_sums);
 }
 }  // namespace tessera::kernels::detail

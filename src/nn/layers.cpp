@@ -107,22 +107,26 @@ View2D<float> Linear::forward(const View2D<const float>& x) {
 
 void Linear::weight_gradients(const View2D<const float>& dy) {
   const std::size_t batch = dy.extent(0);
-  // dW += dy^T x
-  kernels::gemm(Trans::Yes, Trans::No, 1.0f, dy, x_, weight_->take_grad_beta(), weight_->grad2d());
-  grad_ready(*weight_);
-  if (bias_ != nullptr) {
-    // db += dy^T 1: a GEMV through the GEMM path, reading dy row by row.
-    // The ones are kept for the largest batch seen and filled in the default execution
-    // space's queue, ahead of the GEMM that reads them: a plain deep_copy would wait for the
-    // whole device (the optimizer's side queue, reductions in flight) in the first backward.
-    if (ones_.extent(0) < batch) {
-      ones_ = View2D<float>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "tessera::linear::ones"), batch, 1);
-      Kokkos::deep_copy(Kokkos::DefaultExecutionSpace(), ones_, 1.0f);
-    }
-    kernels::gemm(Trans::Yes, Trans::No, 1.0f, dy, View2D<const float>(ones_.data(), batch, 1), bias_->take_grad_beta(),
-                  View2D<float>(bias_->grad.data(), bias_->numel, 1));
-    grad_ready(*bias_);
+  if (bias_ == nullptr) {
+    // dW += dy^T x
+    kernels::gemm(Trans::Yes, Trans::No, 1.0f, dy, x_, weight_->take_grad_beta(), weight_->grad2d());
+    grad_ready(*weight_);
+    return;
   }
+  // dW += dy^T x and db += dy^T 1: on a GPU in one cuBLASLt call whose epilogue sums dy as the
+  // GEMM reads it (where db is written, not added to), elsewhere a GEMV after the GEMM.
+  // The ones the GEMV reads are kept for the largest batch seen and filled in the default
+  // execution space's queue, ahead of the GEMM that reads them: a plain deep_copy would wait
+  // for the whole device (the optimizer's side queue, reductions in flight) in the first
+  // backward.
+  if (ones_.extent(0) < batch) {
+    ones_ = View1D<float>(Kokkos::view_alloc(Kokkos::WithoutInitializing, "tessera::linear::ones"), batch);
+    Kokkos::deep_copy(Kokkos::DefaultExecutionSpace(), ones_, 1.0f);
+  }
+  const float weight_beta = weight_->take_grad_beta(), bias_beta = bias_->take_grad_beta();
+  kernels::gemm_bias_grad(Trans::Yes, Trans::No, dy, x_, weight_beta, weight_->grad2d(), bias_beta, bias_->grad, ones_);
+  grad_ready(*weight_);
+  grad_ready(*bias_);
 }
 
 void Linear::input_gradient(const View2D<const float>& dy) {

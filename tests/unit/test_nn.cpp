@@ -262,6 +262,85 @@ TEST(ParameterStore, RefusesAParameterAfterShardAndANegativeDimension) {
   EXPECT_EQ(store.values().size(), 8u);
 }
 
+// C = op(A) op(B) + beta C and g = op(A) 1 + g_beta g (a Linear's weight and bias gradients)
+// with the row sums in cuBLASLt's bias-gradient epilogue (a CUDA build) or a GEMV after the
+// GEMM: every transpose, beta and g_beta 0 and 1, a shape of multiples of 16, an odd one and
+// ones with a single row or column, g at 16 bytes or 4 bytes off them. The epilogue runs where
+// it may (GPU memory, g_beta 0, g 16-byte aligned, no single row or column) on the multiples
+// of 16; C and g are the naive loop's wherever they were summed, old contents (NaN) never
+// show through where their beta is 0, and g's neighbours are left alone.
+TEST(Gemm, BiasGradientInTheEpilogueOrAfterMatchesANaiveLoop) {
+  using kernels::BiasAdd;
+  using kernels::Trans;
+  struct Shape {
+    std::size_t m, n, k;
+  };
+  for (const Shape sh : {Shape{5, 7, 3}, Shape{64, 32, 16}, Shape{1, 32, 16}, Shape{64, 1, 16}}) {
+    const auto [m, n, k] = sh;
+    const auto ones = device_array(std::vector<float>(k + 2, 1.0f));  // more than k: the first k are read
+    for (Trans ta : {Trans::No, Trans::Yes}) {
+      for (Trans tb : {Trans::No, Trans::Yes}) {
+        auto a = ta == Trans::No ? random_matrix(m, k, 1) : random_matrix(k, m, 1);
+        auto b = tb == Trans::No ? random_matrix(k, n, 2) : random_matrix(n, k, 2);
+        const auto ha = host_copy(a), hb = host_copy(b);
+        for (std::size_t offset : {0, 4, 1}) {
+          for (BiasAdd how : {BiasAdd::Epilogue, BiasAdd::Separate}) {
+            for (float beta : {0.0f, 1.0f}) {
+              for (float g_beta : {0.0f, 1.0f}) {
+                auto c = random_matrix(m, n, 3);
+                auto g_buffer = random_matrix(1, m + 4, 4);
+                if (beta == 0.0f) Kokkos::deep_copy(c, std::nanf(""));
+                if (g_beta == 0.0f) {  // NaN where g lies; its neighbours keep their values
+                  auto h = host_copy(g_buffer);
+                  for (std::size_t i = 0; i < m; ++i) h(0, offset + i) = std::nanf("");
+                  Kokkos::deep_copy(g_buffer, h);
+                }
+                const auto c0 = host_copy(c), g0 = host_copy(g_buffer);
+                const bool fused =
+                    kernels::gemm_bias_grad(ta, tb, a, b, beta, c, g_beta, View1D<float>(g_buffer.data() + offset, m),
+                                            View1D<const float>(ones.data(), ones.extent(0)), how);
+                const std::string what = "m n k " + std::to_string(m) + " " + std::to_string(n) + " " +
+                                         std::to_string(k) + ", ta " + std::to_string(ta == Trans::Yes) + ", tb " +
+                                         std::to_string(tb == Trans::Yes) + ", g offset " + std::to_string(offset) +
+                                         ", beta " + std::to_string(beta) + ", g_beta " + std::to_string(g_beta) +
+                                         (how == BiasAdd::Epilogue ? ", epilogue" : ", separate");
+                const bool may = how == BiasAdd::Epilogue && g_beta == 0.0f && offset % 4 == 0 &&
+                                 test::device_build() && m > 1 && n > 1;
+                if (m % 16 == 0 && n % 16 == 0 && k % 16 == 0) {
+                  EXPECT_EQ(fused, may) << what;
+                } else {
+                  EXPECT_TRUE(may || !fused) << what;
+                }
+                const auto hc = host_copy(c), hg = host_copy(g_buffer);
+                for (std::size_t i = 0; i < m; ++i) {
+                  double row = g_beta == 0.0f ? 0.0 : g0(0, offset + i);
+                  for (std::size_t l = 0; l < k; ++l) row += ta == Trans::No ? ha(i, l) : ha(l, i);
+                  ASSERT_NEAR(hg(0, offset + i), row, 1e-5) << what << ": g(" << i << ")";
+                  for (std::size_t j = 0; j < n; ++j) {
+                    double s = beta == 0.0f ? 0.0 : c0(i, j);
+                    for (std::size_t l = 0; l < k; ++l)
+                      s += static_cast<double>(ta == Trans::No ? ha(i, l) : ha(l, i)) *
+                           (tb == Trans::No ? hb(l, j) : hb(j, l));
+                    ASSERT_NEAR(hc(i, j), s, 1e-5) << what << " at (" << i << ", " << j << ")";
+                  }
+                }
+                for (std::size_t at = 0; at < m + 4; ++at) {
+                  if (at >= offset && at < offset + m) continue;
+                  ASSERT_EQ(hg(0, at), g0(0, at)) << what << ": g's neighbour " << at << " was written";
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  View2D<float> a("a", 4, 3), b("b", 4, 5), c("c", 3, 5);
+  View1D<float> g("g", 3), too_few("ones", 3);
+  EXPECT_THROW_WITH(kernels::gemm_bias_grad(Trans::Yes, Trans::No, a, b, 0.0f, c, 0.0f, g, too_few), Error,
+                    "3 row sums and 3 ones for an op(A) of 3 x 4");
+}
+
 TEST(Linear, RefusesALayerWithoutFeatures) {
   nn::ParameterStore store;
   EXPECT_THROW_WITH(nn::Linear(store, "fc", 0, 3), ConfigError, "Linear 'fc' has 0 input features");

@@ -63,7 +63,8 @@ class Linear final : public Module {
   Parameter* weight_;
   Parameter* bias_ = nullptr;
   View2D<const float> x_, dy_;  // dy_: from backward_input until backward_weights
-  View2D<float> y_, dx_, ones_;
+  View2D<float> y_, dx_;
+  View1D<float> ones_;  // for the bias gradient's GEMV where the GEMM's epilogue cannot sum it
 };
 
 /// GELU in its exact (erf) form: 0.5 x (1 + erf(x / sqrt 2)).
