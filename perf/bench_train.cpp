@@ -411,12 +411,16 @@ int main(int argc, char** argv) {
     // The step at the copy's speed, rank by rank (pipeline stages make different passes): its
     // GEMMs, and every byte it moves outside them at its own copy's speed; the slowest rank's.
     // Bias gradients summed in the weight-gradient GEMMs' epilogue move no bytes of their own:
-    // their pass is timed alone all the same, but counts only where the step ran it.
+    // their GEMVs are timed alone all the same, and count for the share of the bias gradients
+    // that the step summed with them (with --train.accum, the micro-steps after the first add
+    // theirs with the GEMV). The JSON has the largest share of any rank.
     const auto bias_counts = kernels::gemm_bias_counts();
-    const bool bias_grad_pass_in_step = bias_counts.grad_separate > 0;
-    double my_bytes = optimizer_bytes;
-    for (int k = 0; k < 4; ++k)
-      if (k != 2 || bias_grad_pass_in_step) my_bytes += pass_bytes[k];
+    const auto bias_grads = static_cast<double>(bias_counts.grad_epilogue + bias_counts.grad_separate);
+    const double my_gemv_share = bias_grads > 0 ? static_cast<double>(bias_counts.grad_separate) / bias_grads : 1.0;
+    double gemv_share = my_gemv_share;
+    MPI_Allreduce(MPI_IN_PLACE, &gemv_share, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    double my_bytes = optimizer_bytes + my_gemv_share * pass_bytes[2];
+    for (int k : {0, 1, 3}) my_bytes += pass_bytes[k];
     const double my_copy_speed_step = median(gemm) + my_bytes * median(copy_alone) / copy_bytes;
     std::vector<double> copy_speed_steps(static_cast<std::size_t>(comm->size()));
     MPI_Allgather(&my_copy_speed_step, 1, MPI_DOUBLE, copy_speed_steps.data(), 1, MPI_DOUBLE, MPI_COMM_WORLD);
@@ -464,9 +468,13 @@ int main(int argc, char** argv) {
           share[mem_names[k]] =
               mem_bytes[k] > 0 ? nlohmann::json(mem_bytes[k] / mem_s[k] / copy_rate) : nlohmann::json(nullptr);
       }
-      return nlohmann::json{{"copy_bytes_per_s", copy_rate}, {"bias_grad_in_step", bias_grad_pass_in_step},
-                            {"bytes", bytes_json},           {"total_bytes", memory_bound_bytes},
-                            {"over_copy_bandwidth", share},  {"copy_speed_step_s_per_rank", copy_speed_steps}};
+      return nlohmann::json{{"copy_bytes_per_s", copy_rate},
+                            {"bias_grad_in_step", gemv_share > 0},
+                            {"bias_grad_gemv_share", gemv_share},
+                            {"bytes", bytes_json},
+                            {"total_bytes", memory_bound_bytes},
+                            {"over_copy_bandwidth", share},
+                            {"copy_speed_step_s_per_rank", copy_speed_steps}};
     };
     if (session.rank() == 0) {
       // Where the GEMMs run: a GPU build's are cuBLAS's on the rank's GPU, a host build's the
@@ -547,7 +555,9 @@ int main(int argc, char** argv) {
           std::printf("    %-16s %9.2f ms  %8.1f MB, %s, %.2f x the copy's%s\n", labels[k], mem_s[k] * 1e3,
                       mem_bytes[k] / 1e6, rate_text(mem_bytes[k] / mem_s[k]).c_str(),
                       mem_bytes[k] / mem_s[k] / copy_rate,
-                      k == 2 && !bias_grad_pass_in_step ? " (not in the step: the GEMMs' epilogue sums them)" : "");
+                      k != 2 || gemv_share == 1.0 ? ""
+                      : gemv_share == 0.0         ? " (not in the step: the GEMMs' epilogue sums them)"
+                                                  : " (in the step for some: the GEMMs' epilogue sums the rest)");
       std::printf("  at the copy's speed: GEMMs + those %.1f MB = %.2f ms = %.3f x GEMMs; the step is %.3f x that\n",
                   memory_bound_bytes / 1e6, copy_speed_step * 1e3, copy_speed_step / med[6], med[0] / copy_speed_step);
       const auto mib = [](double b) { return b / (1024.0 * 1024.0); };

@@ -86,9 +86,13 @@ want = {
     "bias_epilogue_over_separate": best[head] / best[bias_after],
     "updates_beside_over_after": best[head] / best[updates_after],
     "bias_grad_epilogue_over_separate": best[head] / best[grad_after],
-    "tessera_bias_grad_after_over_pytorch": best[grad_after] / TORCH_STEP,
-    "tessera_bias_grad_after_step_over_gemm": best[grad_after] / GEMMS,
 }
+for variant, key in ((bias_after, "tessera_bias_after"), (updates_after, "tessera_updates_after_backward"),
+                     (grad_after, "tessera_bias_grad_after")):
+    want[key + "_over_pytorch"] = best[variant] / TORCH_STEP
+    want[key + "_step_over_gemm"] = best[variant] / GEMMS
+    if not close(out.get(key, {}).get("median_s", {}).get("step", 0), best[variant]):
+        problems.append(f"default run: {key} is not that variant's best run")
 for key, value in want.items():
     if key not in out or not close(out[key], value):
         problems.append(f"default run: {key} = {out.get(key)}, expected {value}")
