@@ -11,9 +11,9 @@ also with its bias gradients summed in a GEMV after each weight-gradient GEMM
 (TESSERA_GEMM_BIAS_GRAD_EPILOGUE=0) beside its default, that GEMM's cuBLASLt epilogue; with
 --overlap-optimizer both (the default), also with its optimizer updating once after backward
 (--train.overlap_optimizer false) beside its default, each bucket's update queued beside the
-rest of backward. Each such variant differs from the default in that one way. All alternate for --rounds rounds in one
-run, in reverse order every other round; each keeps its best median, and the JSON also holds
-every round's. Writes JSON.
+rest of backward. Each such variant differs from the default in that one way. All alternate
+for --rounds rounds in one run, in reverse order every other round; each keeps its best
+median, and the JSON also holds every round's. Writes JSON.
 
 Usage (a CUDA build of Tessera, on a machine with a GPU and PyTorch):
   python3 perf/compare_pytorch_gpu.py --bench build-cuda/perf/tessera-bench-train \\

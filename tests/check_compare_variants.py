@@ -116,7 +116,8 @@ if set(out["rounds_s"][0]) != {"tessera_bias_after", "tessera_bias_grad_after", 
     problems.append(f"--bias-epilogue off --overlap-optimizer on: round keys {sorted(out['rounds_s'][0])}")
 if not close(out.get("bias_grad_epilogue_over_separate", 0),
              step_of(False, True, True, 1) / step_of(False, True, False, 1)):
-    problems.append(f"--bias-epilogue off: bias_grad_epilogue_over_separate {out.get('bias_grad_epilogue_over_separate')}")
+    problems.append("--bias-epilogue off: bias_grad_epilogue_over_separate "
+                    f"{out.get('bias_grad_epilogue_over_separate')}")
 
 # One way each: one variant, and no ratio between variants.
 calls, out = run(["--bias-epilogue", "on", "--overlap-optimizer", "on", "--bias-grad-epilogue", "off"])
