@@ -14,8 +14,10 @@
 # 2. the apps: tessera-train on one GPU (auto picks NCCL) and on 2 ranks sharing the first
 #    visible one (auto picks MPI, which stages device buffers through host memory unless it
 #    is a CUDA-aware Open MPI), tessera-collectives on NCCL and on MPI;
-# 3. where PyTorch is importable, perf/compare_pytorch_gpu.py: Tessera beside PyTorch eager
-#    on the same model (JSON in perf/results/).
+# 3. where PyTorch is importable, perf/compare_pytorch_gpu.py: first its own checks with this
+#    build's benchmark (tests/check_compare_pytorch_gpu.py: a GPU build's epilogues ran, each
+#    switch is obeyed; the suite holds it only where the configuring Python had PyTorch), then
+#    Tessera beside PyTorch eager on the same model (JSON in perf/results/).
 # Prints a summary and exits non-zero when anything failed.
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -85,6 +87,8 @@ step "tessera-collectives, nccl" "$demo" --backend nccl
 step "tessera-collectives, 2 ranks mpi" "${mpirun[@]}" -n 2 "$demo" --backend mpi
 
 if "$py" -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; then
+  step "compare_pytorch_gpu.py's checks" "$py" "$root/tests/check_compare_pytorch_gpu.py" \
+    "$root/perf/compare_pytorch_gpu.py" "$bench"
   step "Tessera beside PyTorch" "$py" "$root/perf/compare_pytorch_gpu.py" --bench "$bench" \
     --json "$out/gpu_vs_pytorch.json"
 else
