@@ -262,6 +262,13 @@ TEST(ParameterStore, RefusesAParameterAfterShardAndANegativeDimension) {
   EXPECT_EQ(store.values().size(), 8u);
 }
 
+// The GEMM tests' shapes for cuBLASLt's epilogues: multiples of 16 (which cuBLASLt takes), an
+// odd one, and ones with a single row or column (which take the separate pass).
+struct EpilogueShape {
+  std::size_t m, n, k;
+};
+constexpr EpilogueShape kEpilogueShapes[] = {{5, 7, 3}, {64, 32, 16}, {1, 32, 16}, {64, 1, 16}};
+
 // C = op(A) op(B) + beta C and g = op(A) 1 + g_beta g (a Linear's weight and bias gradients)
 // with the row sums in cuBLASLt's bias-gradient epilogue (a CUDA build) or a GEMV after the
 // GEMM: every transpose, beta and g_beta 0 and 1, a shape of multiples of 16, an odd one and
@@ -273,10 +280,7 @@ TEST(ParameterStore, RefusesAParameterAfterShardAndANegativeDimension) {
 TEST(Gemm, BiasGradientInTheEpilogueOrAfterMatchesANaiveLoop) {
   using kernels::BiasAdd;
   using kernels::Trans;
-  struct Shape {
-    std::size_t m, n, k;
-  };
-  for (const Shape sh : {Shape{5, 7, 3}, Shape{64, 32, 16}, Shape{1, 32, 16}, Shape{64, 1, 16}}) {
+  for (const EpilogueShape sh : kEpilogueShapes) {
     const auto [m, n, k] = sh;
     const auto ones = device_array(std::vector<float>(k + 2, 1.0f));  // more than k: the first k are read
     for (Trans ta : {Trans::No, Trans::Yes}) {
@@ -359,10 +363,7 @@ TEST(Linear, RefusesALayerWithoutFeatures) {
 TEST(Gemm, BiasInTheEpilogueOrAfterMatchesANaiveLoop) {
   using kernels::BiasAdd;
   using kernels::Trans;
-  struct Shape {
-    std::size_t m, n, k;
-  };
-  for (const Shape sh : {Shape{5, 7, 3}, Shape{64, 32, 16}, Shape{1, 32, 16}, Shape{64, 1, 16}}) {
+  for (const EpilogueShape sh : kEpilogueShapes) {
     for (Trans ta : {Trans::No, Trans::Yes}) {
       for (Trans tb : {Trans::No, Trans::Yes}) {
         const auto [m, n, k] = sh;
